@@ -1,0 +1,1 @@
+"""markov-replicate: replication harness for transformers trained on Markov chains."""

@@ -1,0 +1,3 @@
+from replicate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""Command line: `python -m replicate {list,run,claims,check}` (Snakemake calls these)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from replicate.config import SCALES, ConfigError, load_params
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="markov-replicate", description=__doc__)
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameters file")
+    parser.add_argument("--scale", choices=SCALES, help="override the scale set in the params file")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the experiments and their outputs")
+    run = sub.add_parser("run", help="run one experiment (a figure or table)")
+    run.add_argument("experiment", help="experiment name, e.g. attn_markov_fig3")
+    run.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    sub.add_parser("claims", help="evaluate every claim; write results/claims.json and REPORT.md")
+    sub.add_parser("check", help="exit non-zero if a verdict in results/claims.json is unexpected")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from replicate import claims
+
+    if args.command == "check":
+        records = claims.load_records()
+        bad = claims.unexpected(records)
+        for r in bad:
+            print(
+                f"UNEXPECTED {r.id}: verdict {r.verdict} (measured {r.measured}, reference "
+                f"{r.reference}, {r.comparison} tol {r.tolerance}), expected {r.expected}"
+                + (f" — {r.note}" if r.note else ""),
+                file=sys.stderr,
+            )
+        print(f"claims check: {len(records) - len(bad)} of {len(records)} verdicts as expected")
+        return 1 if bad else 0
+
+    params = load_params(args.params, scale=args.scale)
+    if args.command == "list":
+        for name, entry in params.experiments.items():
+            outs = ", ".join(str(p) for p in entry.output_paths)
+            print(f"{name}\t{entry.title}\t{outs}")
+        return 0
+    if args.command == "run":
+        from replicate.experiments import run_experiment
+
+        params.experiment(args.experiment)  # unknown name -> ConfigError before any work
+        run_experiment(args.experiment, params, progress=not args.no_progress)
+        return 0
+    if args.command == "claims":
+        records = claims.evaluate(params)
+        claims.write_claims(records, params)
+        bad = claims.unexpected(records)
+        print(
+            f"wrote {claims.CLAIMS_FILE} and {claims.REPORT_FILE}: {len(records)} claims, "
+            f"{len(bad)} unexpected verdict(s)"
+        )
+        return 0
+    raise AssertionError(args.command)

@@ -1,0 +1,129 @@
+"""What every experiment shares: its registry entry, its run context and the runner.
+
+An experiment is a function ``run(settings, ctx) -> metrics`` that trains or computes, writes
+its figure/CSV outputs through ``ctx`` and returns a flat dict of numbers. The runner adds
+``metrics.json`` and ``provenance.json`` and checks that exactly the outputs that params.yaml
+lists were written.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from pydantic import BaseModel
+
+from replicate import io
+from replicate.config import Classification, ExperimentEntry, Params
+from replicate.training import configure_torch
+
+Metrics = dict[str, float]
+
+
+@dataclass
+class RunContext:
+    """Where and how one experiment writes, plus the shared run-classification thresholds."""
+
+    name: str
+    entry: ExperimentEntry
+    scale: str
+    out_dir: Path
+    classification: Classification
+    progress: bool = True
+    written: list[str] = field(default_factory=list)
+
+    def save_figure(self, fig: Figure, stem: str = "figure") -> None:
+        for suffix in (".png", ".pdf"):
+            io.save_figure(fig, self.out_dir / f"{stem}{suffix}")
+            self.written.append(f"{stem}{suffix}")
+
+    def save_csv(self, frame: pd.DataFrame, name: str) -> None:
+        io.write_csv(self.out_dir / name, frame)
+        self.written.append(name)
+
+    def save_text(self, text: str, name: str) -> None:
+        io.write_text(self.out_dir / name, text)
+        self.written.append(name)
+
+    def label(self, detail: str) -> str:
+        return f"{self.name} {detail}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registry entry: the settings schema and the function that runs the experiment."""
+
+    settings_model: type[BaseModel]
+    run: Callable[[BaseModel, RunContext], Metrics]
+
+
+def _check_metrics(name: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    flat: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name}: metric {key!r} is {type(value).__name__}, not a number")
+        flat[key] = float(value)
+    return flat
+
+
+def run_experiment(
+    name: str, params: Params, root: Path = Path("."), progress: bool = True
+) -> Metrics:
+    """Run experiment ``name`` at the params' scale; write its outputs under ``root``."""
+    from replicate.experiments import REGISTRY
+
+    entry = params.experiment(name)
+    settings = params.settings(name)
+    configure_torch(params.raw.runtime.threads)
+    ctx = RunContext(
+        name=name,
+        entry=entry,
+        scale=params.scale,
+        out_dir=root / entry.directory,
+        classification=params.raw.classification,
+        progress=progress,
+    )
+    started = time.perf_counter()
+    metrics = _check_metrics(name, REGISTRY[name].run(settings, ctx))
+    elapsed = time.perf_counter() - started
+    if sorted(ctx.written) != sorted(entry.outputs):
+        raise RuntimeError(
+            f"{name} wrote {sorted(ctx.written)} but params.yaml lists outputs {sorted(entry.outputs)}"
+        )
+    io.write_json(ctx.out_dir / "metrics.json", metrics)
+    io.write_json(
+        ctx.out_dir / "provenance.json",
+        {
+            "experiment": name,
+            "scale": params.scale,
+            "settings": settings.model_dump(mode="json"),
+            "threads": params.raw.runtime.threads,
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__,
+        },
+    )
+    _log_timing(root, name, params.scale, elapsed)
+    return metrics
+
+
+def _log_timing(root: Path, name: str, scale: str, seconds: float) -> None:
+    """Append wall time to logs/timings.jsonl (untracked: timings never enter DVC outputs)."""
+    log = root / "logs" / "timings.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "experiment": name,
+        "scale": scale,
+        "seconds": round(seconds, 2),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "host": platform.node(),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    with log.open("a") as fh:
+        fh.write(json.dumps(record) + "\n")

@@ -1,0 +1,1 @@
+"""Paper-specific closed forms and constructions (one module per paper)."""
