@@ -103,7 +103,9 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = EnsembleLinear(ensemble, cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = EnsembleLinear(ensemble, cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x: torch.Tensor, trace: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, trace: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         e, b, n, d = x.shape
         q, k, v = self.c_attn(x).split(d, dim=-1)
         heads = (e * b, n, self.n_head, d // self.n_head)
@@ -144,7 +146,9 @@ class Block(nn.Module):
         self.ln_2 = EnsembleLayerNorm(ensemble, cfg.n_embd) if use_ln else nn.Identity()
         self.mlp = MLP(cfg, ensemble)
 
-    def forward(self, x: torch.Tensor, trace: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, trace: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         attn_out = self.attn(self.ln_1(x), trace)
         y = x + attn_out
         z = y + self.mlp(self.ln_2(y))
@@ -215,9 +219,10 @@ class EnsembleGPT(nn.Module):
                 traces.append(trace)
             x = block(x, trace)
         h = self.transformer["ln_f"](x)
-        return torch.einsum("ebnd,evd->ebnv", h, self.lm_head.weight) + self.lm_head.bias[
-            :, None, None, :
-        ]
+        return (
+            torch.einsum("ebnd,evd->ebnv", h, self.lm_head.weight)
+            + self.lm_head.bias[:, None, None, :]
+        )
 
     def decay_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         """(decayed, not decayed): weight decay only on Linear weight matrices (spec A, 1.3).

@@ -102,7 +102,7 @@ class EnsembleLM(L.LightningModule):
             loss=(loss_sum / n_tokens).cpu().numpy(), transition_means=means.cpu().numpy()
         )
 
-    def configure_optimizers(self):  # noqa: ANN201 - Lightning's own return type
+    def configure_optimizers(self):
         decay, no_decay = self.model.decay_parameters()
         opt = torch.optim.AdamW(
             [

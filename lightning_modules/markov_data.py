@@ -31,7 +31,9 @@ class ChainMember:
     def __post_init__(self) -> None:
         validate_kernel(self.kernel)
         if self.initial.shape != (self.kernel.shape[0],):
-            raise ValueError(f"initial law has shape {self.initial.shape}, kernel {self.kernel.shape}")
+            raise ValueError(
+                f"initial law has shape {self.initial.shape}, kernel {self.kernel.shape}"
+            )
 
 
 def sample_members(
@@ -87,9 +89,9 @@ class MarkovEnsembleData(L.LightningDataModule):
                 key = m.kernel.tobytes() + m.initial.tobytes()
                 if key not in cache:
                     gen = torch.Generator().manual_seed(member_seed(self.test_seed, "test"))
-                    cache[key] = sample_members(
-                        [m], self.test_sequences, self.seq_len + 1, [gen]
-                    )[0]
+                    cache[key] = sample_members([m], self.test_sequences, self.seq_len + 1, [gen])[
+                        0
+                    ]
                 rows.append(cache[key])
             self._test = torch.stack(rows)
         return self._test

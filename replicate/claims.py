@@ -88,7 +88,9 @@ def _number(metrics: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def evaluate_claim(claim: Claim, params: Params, metrics: dict[str, Any] | None, note: str) -> ClaimRecord:
+def evaluate_claim(
+    claim: Claim, params: Params, metrics: dict[str, Any] | None, note: str
+) -> ClaimRecord:
     scale = params.scale
     expectation = claim.expected[scale]  # type: ignore[index]
     tolerance = getattr(claim.tolerance, scale)

@@ -6,11 +6,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 REFERENCE_STYLES = {
     "unigram": {"color": "0.35", "linestyle": "--"},
@@ -35,8 +35,16 @@ def loss_curves(ax: Axes, curves: pd.DataFrame, hue: str, title: str) -> None:
     """Mean +- std band over seeds per ``hue`` value, plus each seed as a thin line."""
     sns.lineplot(data=curves, x="step", y="test_loss", hue=hue, errorbar="sd", ax=ax, linewidth=1.6)
     sns.lineplot(
-        data=curves, x="step", y="test_loss", hue=hue, units="seed", estimator=None,
-        ax=ax, linewidth=0.5, alpha=0.35, legend=False,
+        data=curves,
+        x="step",
+        y="test_loss",
+        hue=hue,
+        units="seed",
+        estimator=None,
+        ax=ax,
+        linewidth=0.5,
+        alpha=0.35,
+        legend=False,
     )
     ax.set(title=title, xlabel="training iteration", ylabel="test loss (nats)")
 
@@ -44,8 +52,15 @@ def loss_curves(ax: Axes, curves: pd.DataFrame, hue: str, title: str) -> None:
 def per_seed_lines(ax: Axes, frame: pd.DataFrame, x: str, y: str, hue: str) -> None:
     """One line per seed, coloured by ``hue`` (no averaging)."""
     sns.lineplot(
-        data=frame, x=x, y=y, hue=hue, units="seed", estimator=None,
-        ax=ax, linewidth=0.9, alpha=0.8,
+        data=frame,
+        x=x,
+        y=y,
+        hue=hue,
+        units="seed",
+        estimator=None,
+        ax=ax,
+        linewidth=0.9,
+        alpha=0.8,
     )
 
 

@@ -59,8 +59,14 @@ def _seed_table(metrics: dict) -> list[str]:
             )
     if not rows:
         return []
-    return ["", "Per-seed outcomes (κ = fraction of the unigram→bigram gap closed):", "",
-            "| run | class | κ | final test loss |", "|---|---|---|---|", *rows]
+    return [
+        "",
+        "Per-seed outcomes (κ = fraction of the unigram→bigram gap closed):",
+        "",
+        "| run | class | κ | final test loss |",
+        "|---|---|---|---|",
+        *rows,
+    ]
 
 
 def _settings_line(provenance: dict) -> str:
@@ -80,13 +86,19 @@ def _settings_line(provenance: dict) -> str:
 
 def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
     n_bad = sum(not r.matches_expectation for r in records)
-    counts = {v: sum(r.verdict == v for r in records) for v in ("holds", "does-not-reproduce", "missing")}
+    counts = {
+        v: sum(r.verdict == v for r in records) for v in ("holds", "does-not-reproduce", "missing")
+    }
     lines = [
         "# Replication report",
         "",
         f"Scale: **{params.scale}**. {len(records)} claims: {counts['holds']} hold, "
         f"{counts['does-not-reproduce']} do not reproduce, {counts['missing']} missing. "
-        + ("**All verdicts match their expectations.**" if n_bad == 0 else f"**{n_bad} verdict(s) differ from the expected one.**"),
+        + (
+            "**All verdicts match their expectations.**"
+            if n_bad == 0
+            else f"**{n_bad} verdict(s) differ from the expected one.**"
+        ),
         "",
         "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) "
         "with a reference and a tolerance from `params.yaml`. *Expected* is the verdict we "

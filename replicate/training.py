@@ -50,6 +50,7 @@ def configure_torch(threads: int) -> None:
     torch.set_num_threads(threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*LeafSpec.*")  # lightning 2.6 vs torch 2.13 pytree notice
 
 
 def train_ensemble(
@@ -98,7 +99,7 @@ class _LabelledProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate)
         self.label = label
 
-    def init_train_tqdm(self):  # noqa: ANN201 - tqdm type from Lightning
+    def init_train_tqdm(self):
         bar = super().init_train_tqdm()
         bar.set_description(self.label)
         return bar

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from replicate.experiments import attn_markov
 from replicate.experiments.base import Experiment, RunContext, run_experiment
 
@@ -9,4 +11,33 @@ REGISTRY: dict[str, Experiment] = {
     "attn_markov_fig3": Experiment(attn_markov.Fig3Settings, attn_markov.fig3),
 }
 
-__all__ = ["REGISTRY", "Experiment", "RunContext", "run_experiment"]
+
+SHARED_CODE = (
+    "lightning_modules",
+    "replicate/markov",
+    "replicate/theory",
+    "replicate/experiments/base.py",
+    "replicate/analysis.py",
+    "replicate/io.py",
+    "replicate/plotting.py",
+    "replicate/training.py",
+)
+
+
+def code_dependencies(paper: str) -> list[str]:
+    """Source files whose change makes a paper's experiments stale (Snakemake inputs)."""
+    paths = [*SHARED_CODE, f"replicate/experiments/{paper}.py"]
+    files: list[str] = []
+    for p in map(Path, paths):
+        files += sorted(str(f) for f in p.rglob("*.py")) if p.is_dir() else [str(p)]
+    return files
+
+
+__all__ = [
+    "REGISTRY",
+    "SHARED_CODE",
+    "Experiment",
+    "RunContext",
+    "code_dependencies",
+    "run_experiment",
+]

@@ -86,9 +86,7 @@ def train_binary_runs(
 ) -> list[BinaryRun]:
     """Train every (chain, seed) pair for one tying choice as a single ensemble."""
     pairs = [(c, s) for c in chains for s in seeds]
-    members = [
-        ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs
-    ]
+    members = [ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs]
     tying = "tied" if tied else "untied"
     trained = train_ensemble(
         gpt_config(model, 2, training.seq_len, tied),

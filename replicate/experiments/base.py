@@ -95,7 +95,8 @@ def run_experiment(
     elapsed = time.perf_counter() - started
     if sorted(ctx.written) != sorted(entry.outputs):
         raise RuntimeError(
-            f"{name} wrote {sorted(ctx.written)} but params.yaml lists outputs {sorted(entry.outputs)}"
+            f"{name} wrote {sorted(ctx.written)} "
+            f"but params.yaml lists outputs {sorted(entry.outputs)}"
         )
     io.write_json(ctx.out_dir / "metrics.json", metrics)
     io.write_json(

@@ -53,7 +53,9 @@ def validate_kernel(kernel: np.ndarray) -> np.ndarray:
     """Return ``kernel`` as float64 after checking it is a row-stochastic square matrix."""
     kernel = np.asarray(kernel, dtype=np.float64)
     if kernel.ndim != 2 or kernel.shape[0] != kernel.shape[1] or kernel.shape[0] < 2:
-        raise ChainParameterError(f"kernel must be a square matrix of size >= 2, got {kernel.shape}")
+        raise ChainParameterError(
+            f"kernel must be a square matrix of size >= 2, got {kernel.shape}"
+        )
     if (kernel < 0).any() or not np.allclose(kernel.sum(axis=1), 1.0, atol=1e-12):
         raise ChainParameterError("kernel rows must be probability vectors")
     return kernel

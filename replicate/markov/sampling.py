@@ -20,17 +20,20 @@ def _as_batched_kernel(kernel: torch.Tensor, batch: int) -> torch.Tensor:
     if kernel.ndim == 2:
         kernel = kernel.expand(batch, *kernel.shape)
     if kernel.ndim != 3 or kernel.shape[0] != batch or kernel.shape[1] != kernel.shape[2]:
-        raise ChainParameterError(f"kernel must be (S, S) or (batch, S, S), got {tuple(kernel.shape)}")
+        raise ChainParameterError(
+            f"kernel must be (S, S) or (batch, S, S), got {tuple(kernel.shape)}"
+        )
     return kernel
 
 
 def _as_batched_initial(initial: torch.Tensor, batch: int, n_states: int) -> torch.Tensor:
     initial = torch.as_tensor(initial, dtype=torch.float64)
-    if initial.ndim == 1:
+    if initial.shape == (n_states,):
         initial = initial.expand(batch, n_states)
     if initial.shape != (batch, n_states):
         raise ChainParameterError(
-            f"initial law must be ({n_states},) or ({batch}, {n_states}), got {tuple(initial.shape)}"
+            f"initial law must be ({n_states},) or ({batch}, {n_states}), "
+            f"got {tuple(initial.shape)}"
         )
     return initial
 
@@ -43,7 +46,9 @@ def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def _draw(batch: int, length: int, generator: torch.Generator | None) -> torch.Tensor:
     if length < 1 or batch < 1:
-        raise ChainParameterError(f"batch and length must be >= 1, got batch={batch}, length={length}")
+        raise ChainParameterError(
+            f"batch and length must be >= 1, got batch={batch}, length={length}"
+        )
     return torch.rand(batch, length, dtype=torch.float64, generator=generator)
 
 

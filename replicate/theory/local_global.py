@@ -68,10 +68,11 @@ Disagreements with the spec:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -344,8 +345,10 @@ def _lemma3_residuals(
     e: FloatArray, w: FloatArray, b: FloatArray, constants: ChainConstants
 ) -> tuple[FloatArray, FloatArray]:
     """(f1, f2) of paper B Lemma 3/7, so that E[sigma(logit_X) - Y | X] = f1 X + f2."""
-    f2 = expit(b - e**2 / 2.0) - constants.p
-    f1 = expit(2.0 * e**2 * _signed_square(w) + b + e**2 / 2.0) + constants.q - 1.0 - f2
+    prediction_at_x0 = expit(b - e**2 / 2.0)
+    prediction_at_x1 = expit(2.0 * e**2 * _signed_square(w) + b + e**2 / 2.0)
+    f1 = prediction_at_x1 + constants.q - 1.0 - prediction_at_x0 + constants.p
+    f2 = prediction_at_x0 - constants.p
     return f1, f2
 
 
@@ -362,7 +365,8 @@ def loss_gradient_with_bias(
     constants = chain_constants(p, q)
     e, w, b = _floats(e, w, b)
     f1, f2 = _lemma3_residuals(e, w, b, constants)
-    mean_times_x = constants.pi1 * (f1 + f2)
+    mean_times_x = constants.pi1 * (f1 + f2)  # E_X[(f1 X + f2) X]
+    # E_X[(f1 X + f2)(2X(1 + 2w|w|) - 1)], summed over X = 1 and X = 0:
     mean_times_e_factor = mean_times_x * (1.0 + 4.0 * _signed_square(w)) - constants.pi0 * f2
     return np.stack(
         [
@@ -383,7 +387,7 @@ def loss_gradient(e: ArrayLike, w: ArrayLike, p: float, q: float) -> FloatArray:
     constants = chain_constants(p, q)
     e, w = _floats(e, w)
     f1, f2 = _lemma3_residuals(e, w, optimal_bias(e, w, p, q), constants)
-    mean_times_x = constants.pi1 * (f1 + f2)
+    mean_times_x = constants.pi1 * (f1 + f2)  # E_X[(f1 X + f2) X]
     return np.stack(
         [
             mean_times_x * 2.0 * (1.0 + 2.0 * _signed_square(w)) * e,
@@ -410,7 +414,7 @@ def loss_gradient_attention(
     phi0, phi1 = expit(logit0), expit(logit1)
     f1 = 1.0 - constants.p - constants.q - phi1 + phi0
     f2 = constants.p - phi0
-    m = 0.5 * (constants.pi1 * (f1 + f2) - constants.pi0 * f2)
+    m = 0.5 * (constants.pi1 * (f1 + f2) - constants.pi0 * f2)  # E[(f1 X + f2)(X - 1/2)]
     gap_factor = 1.0 + 2.0 * _signed_square(w)
     return np.stack(
         [
@@ -661,56 +665,71 @@ def basin_of(
 
 def _root_by_expansion(fun: Callable[[float], float], start: float, direction: float) -> float:
     """Root of `fun`, which changes sign between `start` and start + direction * infinity."""
-    start_sign = math.copysign(1.0, fun(start))
-    if fun(start) == 0.0:
+    start_value = fun(start)
+    if start_value == 0.0:
         return start
     previous, step = start, 0.5
-    for _ in range(12):
-        current = start + direction * step
-        with np.errstate(over="ignore", invalid="ignore"):
-            value = fun(current)
-        if math.copysign(1.0, value) != start_sign:
-            low, high = sorted((previous, current))
-            return float(brentq(fun, low, high, xtol=1e-15, rtol=4.0 * np.finfo(float).eps))
-        previous, step = current, 2.0 * step
-    raise RuntimeError("no sign change found; the energy level is out of range")
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(12):
+            current = start + direction * step
+            if np.sign(fun(current)) != np.sign(start_value):
+                low, high = sorted((previous, current))
+                return float(brentq(fun, low, high, xtol=1e-15, rtol=4.0 * np.finfo(float).eps))
+            previous, step = current, 2.0 * step
+    raise RuntimeError("no sign change found: the energy level is out of range")
 
 
-def _w_axis_crossing(energy0: float, w_sign: float, toward_saddle: bool) -> float:
-    """log|w| of the point (0, w) with E(0, w) = energy0, on the branch given by the flags.
+_Branch = Literal["positive", "inner", "outer"]
+"""Branches of the w-axis: w > 0, -1/sqrt 2 < w < 0, and w < -1/sqrt 2."""
 
-    The branches are w > 0 (w_sign = +1), -1/sqrt 2 < w < 0 (w_sign = -1, toward_saddle from
-    below in log|w|) and w < -1/sqrt 2 (w_sign = -1, toward_saddle from above). It uses the
-    monotonicity of f(w) = E(0, w) from paper B Lemma 12. Lemma 12(ii) writes the image of
-    [-1/sqrt 2, 0) backwards: it is (-inf, E_sad], with f decreasing in w.
+
+def _branch_of(w: float) -> _Branch:
+    if w > 0.0:
+        return "positive"
+    return "inner" if w > SADDLE_W else "outer"
+
+
+def _w_axis_crossing(energy0: float, branch: _Branch) -> float:
+    """log|w| of the point (0, w) on `branch` with energy E(0, w) = energy0.
+
+    It relies on the monotonicity of f(w) = E(0, w) (paper B Lemma 12). f decreases on
+    w > 0 from +inf to -inf, and on the inner branch from E_sad to -inf. Lemma 12(ii)
+    writes that image interval backwards, as [E_sad, -inf). On the outer branch f
+    increases from -inf to E_sad.
     """
+    w_sign = 1.0 if branch == "positive" else -1.0
 
     def gap_to_level(log_abs_w: float) -> float:
-        return -(math.exp(2.0 * log_abs_w) + w_sign * log_abs_w) - energy0
+        return -(np.exp(2.0 * log_abs_w) + w_sign * log_abs_w) - energy0
 
-    if w_sign > 0:
-        return _root_by_expansion(gap_to_level, 0.0, -1.0 if gap_to_level(0.0) < 0 else 1.0)
-    return _root_by_expansion(gap_to_level, _LOG_ABS_SADDLE_W, -1.0 if toward_saddle else 1.0)
+    if branch == "positive":
+        return _root_by_expansion(gap_to_level, 0.0, -1.0 if gap_to_level(0.0) < 0.0 else 1.0)
+    return _root_by_expansion(gap_to_level, _LOG_ABS_SADDLE_W, -1.0 if branch == "inner" else 1.0)
 
 
-def _global_min_on_contour(energy0: float, e_sign: float, w_sign: float, inner: bool, c_star: float):
-    """Intersection of the contour E = energy0 with Theta_* on one branch (spec B §2.8)."""
+def _global_min_on_contour(
+    energy0: float, e_sign: float, branch: _Branch, c_star: float
+) -> FloatArray:
+    """The point of Theta_* on the contour E = energy0 and on `branch` (spec B §2.8).
+
+    Along the branch, Delta is monotone on the part of the contour with e^2 >= 0. Between the
+    contour's end (where e = 0, or w = -1/sqrt 2) and the far end of the branch, Delta - c*
+    therefore has a single sign change.
+    """
+    w_sign = 1.0 if branch == "positive" else -1.0
 
     def e_squared(log_abs_w: float) -> float:
-        return energy0 + math.exp(2.0 * log_abs_w) + w_sign * log_abs_w
+        return energy0 + np.exp(2.0 * log_abs_w) + w_sign * log_abs_w
 
     def gap_to_c_star(log_abs_w: float) -> float:
-        w = w_sign * math.exp(log_abs_w)
-        return e_squared(log_abs_w) * (1.0 + 2.0 * w * abs(w)) - c_star
+        signed_square_w = w_sign * np.exp(2.0 * log_abs_w)
+        return e_squared(log_abs_w) * (1.0 + 2.0 * signed_square_w) - c_star
 
-    if w_sign > 0:
-        start, direction = _w_axis_crossing(energy0, 1.0, toward_saddle=False), 1.0
-    elif energy0 >= ENERGY_SADDLE:
-        start, direction = _LOG_ABS_SADDLE_W, (-1.0 if inner else 1.0)
+    if branch != "positive" and energy0 >= ENERGY_SADDLE:
+        contour_end = _LOG_ABS_SADDLE_W
     else:
-        start = _w_axis_crossing(energy0, -1.0, toward_saddle=inner)
-        direction = -1.0 if inner else 1.0
-    log_abs_w = _root_by_expansion(gap_to_c_star, start, direction)
+        contour_end = _w_axis_crossing(energy0, branch)
+    log_abs_w = _root_by_expansion(gap_to_c_star, contour_end, -1.0 if branch == "inner" else 1.0)
     return np.array(
         [e_sign * math.sqrt(max(e_squared(log_abs_w), 0.0)), w_sign * math.exp(log_abs_w)]
     )
@@ -737,10 +756,12 @@ def predicted_limit(e0: float, w0: float, p: float, q: float) -> FloatArray:
     energy0 = float(energy(e0, w0))
     w_sign = math.copysign(1.0, w0)
     if basin is LimitClass.MIN:
-        log_abs_w = _w_axis_crossing(energy0, w_sign, toward_saddle=abs(w0) < -SADDLE_W)
-        return np.array([0.0, w_sign * math.exp(log_abs_w)])
-    inner = constants.switching < 0.0
-    return _global_min_on_contour(energy0, math.copysign(1.0, e0), w_sign, inner, constants.c_star)
+        return np.array([0.0, w_sign * math.exp(_w_axis_crossing(energy0, _branch_of(w0)))])
+    if w0 > 0.0:
+        branch: _Branch = "positive"
+    else:
+        branch = "inner" if constants.switching < 0.0 else "outer"
+    return _global_min_on_contour(energy0, math.copysign(1.0, e0), branch, constants.c_star)
 
 
 # --------------------------------------------------------------------------------------
@@ -788,9 +809,10 @@ def integrate_gradient_flow(
 ) -> GradientFlowResult:
     """Integrate (GF) for theta0 = (e, w), or (GF-attn) for theta0 = (e, w, a), to t_max.
 
-    It uses scipy's `solve_ivp`. The default LSODA switches between stiff and non-stiff
-    steppers, which suits the flow: it is fast far from the critical sets and stiff near the
-    degenerate saddle. The defaults T = 3000, rtol = 1e-9 and atol = 1e-11 are spec B §4's.
+    It uses scipy's `solve_ivp`. The default, LSODA, detects stiffness and switches between
+    an Adams and a BDF stepper on its own; "Radau" and "BDF" are the other stiff choices,
+    "DOP853" a non-stiff one. The defaults T = 3000, rtol = 1e-9 and atol = 1e-11 are
+    spec B §4's.
     With `t_eval` None, the trajectory holds every accepted step. The limit class is
     `classify_limit` of the last point, or UNCONVERGED if the solver failed.
     """
@@ -830,7 +852,7 @@ def integrate_gradient_flow(
 
 
 def integrate_gradient_flows(
-    inits: ArrayLike | Sequence[ArrayLike],
+    inits: ArrayLike,
     p: float,
     q: float,
     *,

@@ -1,0 +1,72 @@
+"""The command line and the Snakemake workflow reject bad input clearly and leave results alone."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replicate.cli import main
+
+from .conftest import REPO
+
+
+def test_unknown_experiment(capsys) -> None:
+    assert main(["--params", str(REPO / "params.yaml"), "run", "attn_markov_fig42"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown experiment 'attn_markov_fig42'" in err and "attn_markov_fig3" in err
+
+
+def test_bad_params_leave_results_untouched(tmp_path: Path, monkeypatch, capsys) -> None:
+    out = tmp_path / "results/attn_markov/fig3"
+    out.mkdir(parents=True)
+    (out / "metrics.json").write_text('{"old": 1.0}')
+    text = (REPO / "params.yaml").read_text().replace("{p: 0.5, q: 0.8}", "{p: 1.5, q: 0.8}", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "attn_markov_fig3"]) == 2
+    assert "chains.0.p = 1.5" in capsys.readouterr().err
+    assert (out / "metrics.json").read_text() == '{"old": 1.0}'
+
+
+def test_list(capsys) -> None:
+    assert main(["--params", str(REPO / "params.yaml"), "list"]) == 0
+    assert "attn_markov_fig3" in capsys.readouterr().out
+
+
+@pytest.fixture
+def workflow(tmp_path: Path) -> Path:
+    """A copy of the workflow files (not results) in a scratch directory."""
+    for name in ("Snakefile", "params.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    for pkg in ("replicate", "lightning_modules"):
+        shutil.copytree(REPO / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_snakemake_plans_paper_scale(workflow: Path) -> None:
+    res = _snakemake(workflow, "-n", "attn_markov_fig3", "--config", "scale=paper")
+    assert res.returncode == 0, res.stderr
+    assert "attn_markov_fig3" in res.stdout
+    res = _snakemake(workflow, "-n", "fig3")
+    assert res.returncode == 0 and "fig3" in res.stdout
+
+
+def test_snakemake_unknown_target_and_bad_scale(workflow: Path) -> None:
+    res = _snakemake(workflow, "-n", "attn_markov_fig42")
+    assert res.returncode != 0 and "attn_markov_fig42" in res.stdout + res.stderr
+    res = _snakemake(workflow, "-n", "fig3", "--config", "scale=huge")
+    assert res.returncode != 0 and "huge" in res.stdout + res.stderr

@@ -1,0 +1,122 @@
+"""params.yaml validation: good files load; each bad value is named with its key path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from replicate.config import ConfigError, load_params
+from replicate.experiments import REGISTRY
+
+from .conftest import PARAMS_FILE
+
+
+def _load(tmp_path: Path, data: dict, scale: str | None = None):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_params(path, scale=scale)
+
+
+def test_repository_params_are_valid_at_both_scales() -> None:
+    for scale in ("ci", "paper"):
+        params = load_params(PARAMS_FILE, scale=scale)
+        assert params.scale == scale
+        assert set(params.experiments) <= set(REGISTRY)
+        for name in params.experiments:
+            params.settings(name)
+        assert params.claims, "every experiment should carry claims"
+
+
+def test_every_experiment_has_claims_and_every_claim_an_experiment() -> None:
+    params = load_params(PARAMS_FILE)
+    with_claims = {c.experiment for c in params.claims}
+    assert with_claims == set(params.experiments)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needles"),
+    [
+        (
+            lambda d: d["experiments"]["attn_markov_fig3"]["settings"]["ci"]["chains"][0].update(
+                p=1.5
+            ),
+            ["experiments.attn_markov_fig3.settings.ci.chains.0.p", "1.5", "less than 1"],
+        ),
+        (
+            lambda d: d["experiments"]["attn_markov_fig3"]["settings"]["paper"]["training"].update(
+                steps=-5
+            ),
+            ["experiments.attn_markov_fig3.settings.paper.training.steps", "-5", "greater than 0"],
+        ),
+        (
+            lambda d: d["experiments"]["attn_markov_fig3"]["settings"]["ci"]["model"].update(
+                variant="bert"
+            ),
+            ["settings.ci.model.variant", "'bert'"],
+        ),
+        (lambda d: d.update(scale="huge"), ["scale", "'huge'"]),
+        (
+            lambda d: d["experiments"]["attn_markov_fig3"]["settings"]["ci"].update(colour="red"),
+            ["settings.ci.colour", "Extra inputs are not permitted"],
+        ),
+        (
+            lambda d: d["claims"][0]["tolerance"].update(ci=0.5, paper=0.1),
+            ["claims.0.tolerance", "looser than paper", "ci_reason"],
+        ),
+        (
+            lambda d: d["claims"][0]["expected"]["ci"].update(verdict="does-not-reproduce"),
+            ["claims.0.expected.ci", "needs a reason"],
+        ),
+        (
+            lambda d: d["claims"][0].update(experiment="attn_markov_fig99"),
+            ["claims.0", "attn_markov_fig99", "not defined"],
+        ),
+        (
+            lambda d: d["experiments"].update(
+                attn_markov_fig99=copy.deepcopy(d["experiments"]["attn_markov_fig3"])
+            ),
+            ["experiments.attn_markov_fig99", "no experiment of that name"],
+        ),
+        (
+            lambda d: d["experiments"]["attn_markov_fig3"]["settings"]["ci"]["optim"].update(
+                lr=float("nan")
+            ),
+            ["optim.lr", "nan"],
+        ),
+    ],
+)
+def test_bad_values_name_key_and_value(tmp_path: Path, params_dict: dict, mutate, needles) -> None:
+    data = copy.deepcopy(params_dict)
+    mutate(data)
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, data)
+    for needle in needles:
+        assert needle in str(info.value)
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text("scale: ci\nexperiments: [unclosed\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_params(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read parameters file"):
+        load_params(tmp_path / "nope.yaml")
+
+
+def test_unknown_experiment_lookup() -> None:
+    params = load_params(PARAMS_FILE)
+    with pytest.raises(ConfigError, match="unknown experiment 'attn_markov_fig42'"):
+        params.settings("attn_markov_fig42")
+
+
+def test_scale_override_selects_settings() -> None:
+    ci = load_params(PARAMS_FILE, scale="ci").settings("attn_markov_fig3")
+    paper = load_params(PARAMS_FILE, scale="paper").settings("attn_markov_fig3")
+    assert paper.training.steps == 8000 and paper.training.seq_len == 1024
+    assert ci.training.steps < paper.training.steps
