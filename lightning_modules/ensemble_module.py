@@ -8,6 +8,7 @@ end, keeping the per-member test-loss history.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import lightning as L
@@ -53,10 +54,17 @@ class EnsembleLM(L.LightningModule):
         test_tokens: torch.Tensor,
         eval_every: int,
         eval_batch: int = 16,
+        snapshot_steps: tuple[int, ...] = (),
+        initialize: Callable[[EnsembleGPT], None] | None = None,
     ) -> None:
         super().__init__()
         self.model = EnsembleGPT(cfg, len(seeds))
         self.model.init_members(seeds)
+        if initialize is not None:
+            with torch.no_grad():
+                initialize(self.model)
+        self.snapshot_steps = frozenset(snapshot_steps)
+        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.optim, self.steps = optim, steps
         self.test_tokens = test_tokens
         self.eval_every, self.eval_batch = eval_every, eval_batch
@@ -70,11 +78,21 @@ class EnsembleLM(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._record_eval()
+        self._snapshot()
 
     def on_train_batch_end(self, outputs: object, batch: torch.Tensor, batch_idx: int) -> None:
         step = self.global_step
         if step % self.eval_every == 0 or step == self.steps:
             self._record_eval()
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        """Keep a CPU copy of every parameter at the requested steps (0 = initialisation)."""
+        step = int(self.global_step)
+        if step in self.snapshot_steps and step not in self.snapshots:
+            self.snapshots[step] = {
+                name: p.detach().to("cpu", copy=True) for name, p in self.model.named_parameters()
+            }
 
     def _record_eval(self) -> None:
         self.eval_steps.append(int(self.global_step))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import lightning as L
@@ -12,7 +12,14 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from lightning_modules import ChainMember, EnsembleLM, GPTConfig, MarkovEnsembleData, OptimConfig
+from lightning_modules import (
+    ChainMember,
+    EnsembleGPT,
+    EnsembleLM,
+    GPTConfig,
+    MarkovEnsembleData,
+    OptimConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class TrainingPlan:
     eval_every: int
     test_sequences: int
     test_seed: int
+    snapshot_steps: tuple[int, ...] = ()
 
 
 @dataclass
@@ -60,8 +68,14 @@ def train_ensemble(
     optim: OptimConfig,
     label: str,
     progress: bool = True,
+    initialize: Callable[[EnsembleGPT], None] | None = None,
 ) -> TrainedEnsemble:
-    """Train ``len(members)`` models as one batched computation (one Trainer, one progress bar)."""
+    """Train ``len(members)`` models as one batched computation (one Trainer, one progress bar).
+
+    ``initialize`` runs (under no_grad) after the default per-seed initialisation, for
+    experiments that start from a special point (e.g. paper B's rank-one initialisation);
+    ``plan.snapshot_steps`` keeps parameter copies in ``module.snapshots``.
+    """
     data = MarkovEnsembleData(
         members, plan.batch_size, plan.seq_len, plan.steps, plan.test_sequences, plan.test_seed
     )
@@ -73,6 +87,8 @@ def train_ensemble(
         data.test_tokens(),
         plan.eval_every,
         eval_batch=plan.batch_size,
+        snapshot_steps=plan.snapshot_steps,
+        initialize=initialize,
     )
     bar = _LabelledProgressBar(label, refresh_rate=max(1, plan.steps // 50))
     trainer = L.Trainer(

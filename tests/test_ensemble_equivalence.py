@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig
 from replicate.markov import binary_kernel, binary_stationary
@@ -42,3 +43,35 @@ def test_same_seed_same_result() -> None:
         for _ in range(2)
     ]
     np.testing.assert_array_equal(runs[0].test_loss, runs[1].test_loss)
+
+
+def test_initialize_hook_and_snapshots() -> None:
+    configure_torch(1)
+    plan = TrainingPlan(
+        steps=10,
+        batch_size=4,
+        seq_len=16,
+        eval_every=5,
+        test_sequences=4,
+        test_seed=1,
+        snapshot_steps=(0, 5, 10),
+    )
+
+    def zero_positions(model) -> None:
+        model.transformer["wpe"].weight.zero_()
+
+    run = train_ensemble(
+        GPTConfig(block_size=16),
+        [_member(0.5, 0.8, 0)],
+        plan,
+        OptimConfig(lr=1e-2),
+        "s",
+        progress=False,
+        initialize=zero_positions,
+    )
+    snaps = run.module.snapshots
+    assert sorted(snaps) == [0, 5, 10]
+    assert snaps[0]["transformer.wpe.weight"].abs().max() == 0  # the hook ran before step 0
+    assert snaps[10]["transformer.wpe.weight"].abs().max() > 0  # and training moved on from it
+    final = dict(run.module.model.named_parameters())["transformer.h.0.mlp.c_fc.weight"]
+    assert torch.equal(snaps[10]["transformer.h.0.mlp.c_fc.weight"], final.detach())

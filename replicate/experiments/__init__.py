@@ -7,9 +7,8 @@ from pathlib import Path
 from replicate.experiments import attn_markov
 from replicate.experiments.base import Experiment, RunContext, run_experiment
 
-REGISTRY: dict[str, Experiment] = {
-    "attn_markov_fig3": Experiment(attn_markov.Fig3Settings, attn_markov.fig3),
-}
+# Each paper module declares its own EXPERIMENTS; the registry is their union.
+REGISTRY: dict[str, Experiment] = {**attn_markov.EXPERIMENTS}
 
 
 SHARED_CODE = (

@@ -19,7 +19,7 @@ from replicate.config import (
     Strict,
     TrainingSettings,
 )
-from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.base import Experiment, Metrics, RunContext
 from replicate.markov import (
     binary_entropy_rate,
     binary_kernel,
@@ -316,3 +316,8 @@ def _plot_fig3(
         f"N={s.training.seq_len}, {s.training.steps} iterations, {seeds} seeds per curve",
     )
     ctx.save_figure(fig)
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    "attn_markov_fig3": Experiment(Fig3Settings, fig3),
+}

@@ -230,7 +230,7 @@ def untie(params: TheoryParams) -> TheoryParams:
 
 @functools.lru_cache(maxsize=32)
 def all_sequences(n_states: int, length: int) -> Tensor:
-    """All n_states**length sequences as a (n_states**length, length) int64 tensor (cached)."""
+    """All n_states**length sequences, (n_states**length, length) int64; cached, do not mutate."""
     grid = list(itertools.product(range(n_states), repeat=length))
     return torch.tensor(grid, dtype=torch.int64)
 
@@ -288,7 +288,7 @@ def lemma1_terms(params: TheoryParams, law: SequenceLaw) -> tuple[float, float]:
     """(1/N) sum_n E[KL(P(. | x_n) || P_theta(. | x_1^n))] and H(x_{n+1} | x_n); Eq. (4)."""
     target = law.kernel[law.tokens]
     log_probs = next_token_log_probs(params, law.tokens)
-    kl = (target * (target.log() - log_probs)).sum(dim=-1)
+    kl = (torch.special.xlogy(target, target) - target * log_probs).sum(dim=-1)
     return float(law.weights @ kl.mean(dim=-1)), entropy_rate(law.kernel.numpy())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -23,6 +24,15 @@ from replicate.theory import attn_markov as am
 
 SIZES = am.ModelSizes()
 DTYPE = torch.float64
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_torch() -> Iterator[None]:
+    # The tensors are tiny; intra-op threads only add contention on a small CI machine.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture
