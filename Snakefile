@@ -48,6 +48,7 @@ for exp_name, exp in EXPERIMENTS.items():
             exp_name
         input:
             code_dependencies(exp.paper),
+            outputs_of([PARAMS.upstream_of(exp_name)] if exp.upstream else []),
         output:
             [str(p) for p in exp.output_paths],
         params:

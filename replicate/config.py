@@ -139,6 +139,7 @@ class ExperimentEntry(Strict):
     source: str
     outputs: list[str]
     settings: dict[Scale, dict[str, Any]]
+    upstream: str | None = None  # item of the same paper whose outputs this one reads
 
     @model_validator(mode="after")
     def _outputs_and_scales(self) -> ExperimentEntry:
@@ -172,7 +173,31 @@ class ParamsFile(Strict):
     runtime: Runtime
     classification: Classification
     experiments: dict[str, ExperimentEntry]
+    derived_experiments: dict[str, ExperimentEntry] = Field(default_factory=dict)
     claims: list[Claim]
+
+    @model_validator(mode="after")
+    def _upstream_edges(self) -> ParamsFile:
+        for name, entry in self.experiments.items():
+            if entry.upstream is not None:
+                raise ValueError(
+                    f"experiments.{name}.upstream: move an experiment that reads another's "
+                    "outputs to derived_experiments"
+                )
+        for name, entry in self.derived_experiments.items():
+            source = f"{entry.paper}_{entry.upstream}"
+            if entry.upstream is None or source not in self.experiments:
+                raise ValueError(
+                    f"derived_experiments.{name}.upstream = {entry.upstream!r}: must name an "
+                    f"item of paper {entry.paper} under experiments"
+                )
+            if name in self.experiments:
+                raise ValueError(f"derived_experiments.{name}: also defined under experiments")
+        return self
+
+    @property
+    def all_experiments(self) -> dict[str, ExperimentEntry]:
+        return {**self.experiments, **self.derived_experiments}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -189,17 +214,22 @@ class Params:
 
     @property
     def experiments(self) -> dict[str, ExperimentEntry]:
-        return self.raw.experiments
+        """Every experiment, derived ones (reading another's outputs) last."""
+        return self.raw.all_experiments
+
+    def upstream_of(self, name: str) -> str | None:
+        entry = self.experiment(name)
+        return None if entry.upstream is None else f"{entry.paper}_{entry.upstream}"
 
     @property
     def claims(self) -> list[Claim]:
         return self.raw.claims
 
     def experiment(self, name: str) -> ExperimentEntry:
-        if name not in self.raw.experiments:
-            known = ", ".join(sorted(self.raw.experiments))
+        if name not in self.experiments:
+            known = ", ".join(sorted(self.experiments))
             raise ConfigError(f"unknown experiment {name!r}; known experiments: {known}")
-        return self.raw.experiments[name]
+        return self.experiments[name]
 
     def settings(self, name: str) -> BaseModel:
         """The typed settings of experiment ``name`` at the active scale."""
@@ -275,14 +305,14 @@ def load_params(
     except ValidationError as err:
         raise ConfigError(_format_errors(err, "", name)) from err
 
-    unknown = sorted(set(raw.experiments) - set(REGISTRY))
+    unknown = sorted(set(raw.all_experiments) - set(REGISTRY))
     if unknown:
         raise ConfigError(
             f"{name}: experiments.{unknown[0]}: no experiment of that name is implemented "
             f"(implemented: {', '.join(sorted(REGISTRY))})"
         )
     settings: dict[str, BaseModel] = {}
-    for exp_name, entry in raw.experiments.items():
+    for exp_name, entry in raw.all_experiments.items():
         expected_name = f"{entry.paper}_{entry.item}"
         if exp_name != expected_name:
             raise ConfigError(
@@ -299,7 +329,7 @@ def load_params(
                 settings[exp_name] = validated
 
     for i, claim in enumerate(raw.claims):
-        if claim.experiment not in raw.experiments:
+        if claim.experiment not in raw.all_experiments:
             raise ConfigError(
                 f"{name}: claims.{i} (id {claim.id!r}): experiment = {claim.experiment!r} "
                 "is not defined under experiments"

@@ -51,6 +51,12 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
     _atomic(path, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
 
 
+def write_torch(path: Path, obj: Any) -> None:
+    import torch
+
+    _atomic(path, lambda tmp: torch.save(obj, tmp))
+
+
 def save_figure(fig: Figure, path: Path) -> None:
     """Save a figure; PDFs carry no creation date so the bytes depend on the data only."""
     metadata = {"CreationDate": None} if path.suffix == ".pdf" else {"Software": None}

@@ -25,7 +25,7 @@ SHARED_CODE = (
 
 def code_dependencies(paper: str) -> list[str]:
     """Source files whose change makes a paper's experiments stale (Snakemake inputs)."""
-    paths = [*SHARED_CODE, f"replicate/experiments/{paper}.py"]
+    paths = [*SHARED_CODE, f"replicate/experiments/{paper}"]
     files: list[str] = []
     for p in map(Path, paths):
         files += sorted(str(f) for f in p.rglob("*.py")) if p.is_dir() else [str(p)]

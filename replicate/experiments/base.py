@@ -48,6 +48,11 @@ class RunContext:
         io.write_csv(self.out_dir / name, frame)
         self.written.append(name)
 
+    def save_torch(self, obj: object, name: str) -> None:
+        """Tensors for a downstream experiment (e.g. trained weights)."""
+        io.write_torch(self.out_dir / name, obj)
+        self.written.append(name)
+
     def save_text(self, text: str, name: str) -> None:
         io.write_text(self.out_dir / name, text)
         self.written.append(name)

@@ -1,15 +1,11 @@
-"""Paper A ("Attention with Markov"): experiments, one function per figure or table."""
+"""Paper A, Fig. 3: effect of weight tying on test loss and predicted probabilities."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lightning_modules import ChainMember, GPTConfig, OptimConfig
 from replicate import analysis, plotting
 from replicate.config import (
     BinaryChainSettings,
@@ -19,140 +15,18 @@ from replicate.config import (
     Strict,
     TrainingSettings,
 )
-from replicate.experiments.base import Experiment, Metrics, RunContext
-from replicate.markov import (
-    binary_entropy_rate,
-    binary_kernel,
-    binary_stationary,
-    binary_unigram_entropy,
+from replicate.experiments.attn_markov.common import (
+    BinaryRun,
+    InitialLaw,
+    chain_references,
+    curves_frame,
+    ensemble_checkpoint,
+    train_binary_runs,
 )
-from replicate.training import TrainingPlan, train_ensemble
-
-InitialLaw = Literal["stationary", "uniform"]
-
-
-# ----------------------------------------------------------------------------- shared training
-@dataclass
-class BinaryRun:
-    """One trained model on a binary chain, with everything the figures and claims read."""
-
-    chain: BinaryChainSettings
-    tied: bool
-    seed: int
-    steps: np.ndarray
-    test_loss: np.ndarray
-    oracle_bigram: float
-    oracle_unigram: float
-    kappa: float
-    run_class: analysis.RunClass
-    transition_means: np.ndarray
-    sequence: np.ndarray
-    prob_one: np.ndarray
-    norm_a: float
-    bias: float
-
-    @property
-    def tying(self) -> str:
-        return "tied" if self.tied else "untied"
-
-    @property
-    def final_loss(self) -> float:
-        return float(self.test_loss[-1])
+from replicate.experiments.base import Metrics, RunContext
+from replicate.markov import binary_stationary
 
 
-def initial_law(chain: BinaryChainSettings, law: InitialLaw) -> np.ndarray:
-    """Law of x_1: the stationary pi(p, q) (paper A, Sec. 2.2) or uniform (authors' option)."""
-    return binary_stationary(chain.p, chain.q) if law == "stationary" else np.full(2, 0.5)
-
-
-def gpt_config(model: ModelSettings, vocab: int, seq_len: int, tied: bool) -> GPTConfig:
-    return GPTConfig(vocab_size=vocab, block_size=seq_len, tied=tied, **model.model_dump())
-
-
-def training_plan(training: TrainingSettings) -> TrainingPlan:
-    return TrainingPlan(**training.model_dump())
-
-
-def train_binary_runs(
-    chains: list[BinaryChainSettings],
-    tied: bool,
-    seeds: list[int],
-    model: ModelSettings,
-    training: TrainingSettings,
-    optim: OptimSettings,
-    law: InitialLaw,
-    ctx: RunContext,
-    detail: str = "",
-) -> list[BinaryRun]:
-    """Train every (chain, seed) pair for one tying choice as a single ensemble."""
-    pairs = [(c, s) for c in chains for s in seeds]
-    members = [ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs]
-    tying = "tied" if tied else "untied"
-    trained = train_ensemble(
-        gpt_config(model, 2, training.seq_len, tied),
-        members,
-        training_plan(training),
-        OptimConfig(**optim.model_dump()),
-        label=ctx.label(f"{detail}{tying} ({len(members)} models)"),
-        progress=ctx.progress,
-    )
-    final = trained.module.evaluate(trained.test_tokens)
-    probs = analysis.next_token_probs(trained.module, trained.test_tokens[:, :1])[:, 0, :, 1]
-    norm_a, bias = analysis.binary_output_layer(trained.module)
-    cls = ctx.classification
-    runs = []
-    for i, (chain, seed) in enumerate(pairs):
-        bigram, unigram = analysis.oracle_losses(trained.test_tokens[i], members[i].kernel)
-        kappa = analysis.gap_closed(float(final.loss[i]), bigram, unigram)
-        runs.append(
-            BinaryRun(
-                chain=chain,
-                tied=tied,
-                seed=seed,
-                steps=trained.eval_steps,
-                test_loss=trained.test_loss[i],
-                oracle_bigram=bigram,
-                oracle_unigram=unigram,
-                kappa=kappa,
-                run_class=analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
-                transition_means=final.transition_means[i],
-                sequence=trained.test_tokens[i, 0, :-1].numpy(),
-                prob_one=probs[i],
-                norm_a=float(norm_a[i]),
-                bias=float(bias[i]),
-            )
-        )
-    return runs
-
-
-def curves_frame(runs: list[BinaryRun], **extra: object) -> pd.DataFrame:
-    """Tidy test-loss curves: one row per (run, evaluation step)."""
-    frames = [
-        pd.DataFrame(
-            {
-                "chain": r.chain.tag,
-                "tying": r.tying,
-                "seed": r.seed,
-                **extra,
-                "step": r.steps,
-                "test_loss": r.test_loss,
-            }
-        )
-        for r in runs
-    ]
-    return pd.concat(frames, ignore_index=True)
-
-
-def chain_references(chain: BinaryChainSettings) -> Metrics:
-    """Closed-form references of P(p, q) (paper A, Sec. 3)."""
-    return {
-        f"{chain.tag}/entropy_rate": binary_entropy_rate(chain.p, chain.q),
-        f"{chain.tag}/unigram_entropy": binary_unigram_entropy(chain.p, chain.q),
-        f"{chain.tag}/pi1": float(binary_stationary(chain.p, chain.q)[1]),
-    }
-
-
-# ----------------------------------------------------------------------------- Figure 3
 class Fig3Settings(Strict):
     chains: list[BinaryChainSettings] = Field(min_length=1)
     tying: list[bool] = Field(min_length=1)
@@ -244,10 +118,14 @@ def _group_metrics(tag: str, tying: str, runs: list[BinaryRun], per_run: Metrics
 def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
     """Fig. 3: tied vs untied test loss (a, b) and predicted probabilities (c, d)."""
     runs: list[BinaryRun] = []
+    checkpoints = {}
     for tied in s.tying:
-        runs += train_binary_runs(
+        tied_runs, trained = train_binary_runs(
             s.chains, tied, s.seeds, s.model, s.training, s.optim, s.initial_law, ctx
         )
+        runs += tied_runs
+        checkpoints["tied" if tied else "untied"] = ensemble_checkpoint(tied_runs, trained)
+    ctx.save_torch(checkpoints, "models.pt")
     per_run = [_position_profile(r, s.probability_positions) for r in runs]
     metrics: Metrics = {}
     for r, profile in zip(runs, per_run, strict=True):
@@ -317,7 +195,3 @@ def _plot_fig3(
     )
     ctx.save_figure(fig)
 
-
-EXPERIMENTS: dict[str, Experiment] = {
-    "attn_markov_fig3": Experiment(Fig3Settings, fig3),
-}

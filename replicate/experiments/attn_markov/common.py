@@ -1,0 +1,166 @@
+"""Paper A: training and measurement shared by the binary-chain figures (Figs. 1, 3, 4)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from lightning_modules import ChainMember, EnsembleGPT, GPTConfig, OptimConfig
+from replicate import analysis
+from replicate.config import (
+    BinaryChainSettings,
+    ModelSettings,
+    OptimSettings,
+    TrainingSettings,
+)
+from replicate.experiments.base import Metrics, RunContext
+from replicate.markov import (
+    binary_entropy_rate,
+    binary_kernel,
+    binary_stationary,
+    binary_unigram_entropy,
+)
+from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
+
+InitialLaw = Literal["stationary", "uniform"]
+
+
+# ----------------------------------------------------------------------------- shared training
+@dataclass
+class BinaryRun:
+    """One trained model on a binary chain, with everything the figures and claims read."""
+
+    chain: BinaryChainSettings
+    tied: bool
+    seed: int
+    steps: np.ndarray
+    test_loss: np.ndarray
+    oracle_bigram: float
+    oracle_unigram: float
+    kappa: float
+    run_class: analysis.RunClass
+    transition_means: np.ndarray
+    sequence: np.ndarray
+    prob_one: np.ndarray
+    norm_a: float
+    bias: float
+
+    @property
+    def tying(self) -> str:
+        return "tied" if self.tied else "untied"
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.test_loss[-1])
+
+
+def initial_law(chain: BinaryChainSettings, law: InitialLaw) -> np.ndarray:
+    """Law of x_1: the stationary pi(p, q) (paper A, Sec. 2.2) or uniform (authors' option)."""
+    return binary_stationary(chain.p, chain.q) if law == "stationary" else np.full(2, 0.5)
+
+
+def gpt_config(model: ModelSettings, vocab: int, seq_len: int, tied: bool) -> GPTConfig:
+    return GPTConfig(vocab_size=vocab, block_size=seq_len, tied=tied, **model.model_dump())
+
+
+def training_plan(training: TrainingSettings) -> TrainingPlan:
+    return TrainingPlan(**training.model_dump())
+
+
+def train_binary_runs(
+    chains: list[BinaryChainSettings],
+    tied: bool,
+    seeds: list[int],
+    model: ModelSettings,
+    training: TrainingSettings,
+    optim: OptimSettings,
+    law: InitialLaw,
+    ctx: RunContext,
+    detail: str = "",
+) -> tuple[list[BinaryRun], TrainedEnsemble]:
+    """Train every (chain, seed) pair for one tying choice as a single ensemble."""
+    pairs = [(c, s) for c in chains for s in seeds]
+    members = [ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs]
+    tying = "tied" if tied else "untied"
+    trained = train_ensemble(
+        gpt_config(model, 2, training.seq_len, tied),
+        members,
+        training_plan(training),
+        OptimConfig(**optim.model_dump()),
+        label=ctx.label(f"{detail}{tying} ({len(members)} models)"),
+        progress=ctx.progress,
+    )
+    final = trained.module.evaluate(trained.test_tokens)
+    probs = analysis.next_token_probs(trained.module, trained.test_tokens[:, :1])[:, 0, :, 1]
+    norm_a, bias = analysis.binary_output_layer(trained.module)
+    cls = ctx.classification
+    runs = []
+    for i, (chain, seed) in enumerate(pairs):
+        bigram, unigram = analysis.oracle_losses(trained.test_tokens[i], members[i].kernel)
+        kappa = analysis.gap_closed(float(final.loss[i]), bigram, unigram)
+        runs.append(
+            BinaryRun(
+                chain=chain,
+                tied=tied,
+                seed=seed,
+                steps=trained.eval_steps,
+                test_loss=trained.test_loss[i],
+                oracle_bigram=bigram,
+                oracle_unigram=unigram,
+                kappa=kappa,
+                run_class=analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
+                transition_means=final.transition_means[i],
+                sequence=trained.test_tokens[i, 0, :-1].numpy(),
+                prob_one=probs[i],
+                norm_a=float(norm_a[i]),
+                bias=float(bias[i]),
+            )
+        )
+    return runs, trained
+
+
+def ensemble_checkpoint(runs: list[BinaryRun], trained: TrainedEnsemble) -> dict:
+    """What a later experiment needs to reuse a trained ensemble (e.g. App. D reuses Fig. 3)."""
+    return {
+        "config": asdict(trained.module.model.cfg),
+        "members": [{"p": r.chain.p, "q": r.chain.q, "seed": r.seed} for r in runs],
+        "state_dict": trained.module.model.state_dict(),
+        "test_tokens": trained.test_tokens,
+    }
+
+
+def load_ensemble(checkpoint: dict) -> EnsembleGPT:
+    """Rebuild a trained `EnsembleGPT` from `ensemble_checkpoint` output."""
+    model = EnsembleGPT(GPTConfig(**checkpoint["config"]), len(checkpoint["members"]))
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval()
+
+
+def curves_frame(runs: list[BinaryRun], **extra: object) -> pd.DataFrame:
+    """Tidy test-loss curves: one row per (run, evaluation step)."""
+    frames = [
+        pd.DataFrame(
+            {
+                "chain": r.chain.tag,
+                "tying": r.tying,
+                "seed": r.seed,
+                **extra,
+                "step": r.steps,
+                "test_loss": r.test_loss,
+            }
+        )
+        for r in runs
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def chain_references(chain: BinaryChainSettings) -> Metrics:
+    """Closed-form references of P(p, q) (paper A, Sec. 3)."""
+    return {
+        f"{chain.tag}/entropy_rate": binary_entropy_rate(chain.p, chain.q),
+        f"{chain.tag}/unigram_entropy": binary_unigram_entropy(chain.p, chain.q),
+        f"{chain.tag}/pi1": float(binary_stationary(chain.p, chain.q)[1]),
+    }
