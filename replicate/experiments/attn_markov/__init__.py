@@ -5,4 +5,6 @@ from replicate.experiments.base import Experiment
 
 EXPERIMENTS: dict[str, Experiment] = {
     "attn_markov_fig3": Experiment(fig3.Fig3Settings, fig3.fig3),
+    # training figures (fig1, fig4, fig5)
+    # theory, data check, tables, App. D
 }
