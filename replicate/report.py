@@ -22,11 +22,21 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
+def _cell(text: str) -> str:
+    """Table-safe text: a literal '|' would end the Markdown cell."""
+    return text.replace("|", "\\|")
+
+
 def _condition(r: ClaimRecord) -> str:
     if r.comparison == "close":
         return f"{_fmt(r.reference)} ± {r.tolerance:g}"
-    slack = f" {'+' if r.comparison == 'le' else '−'} {r.tolerance:g}" if r.tolerance else ""
-    return f"{SYMBOLS[r.comparison]} {_fmt(r.reference)}{slack}"
+    if r.reference is None or not r.tolerance:
+        return f"{SYMBOLS[r.comparison]} {_fmt(r.reference)}"
+    if r.reference == 0:
+        bound = r.tolerance if r.comparison == "le" else -r.tolerance
+        return f"{SYMBOLS[r.comparison]} {bound:g}"
+    sign = "+" if r.comparison == "le" else "−"
+    return f"{SYMBOLS[r.comparison]} {_fmt(r.reference)} {sign} {r.tolerance:g}"
 
 
 def _status(r: ClaimRecord) -> str:
@@ -40,7 +50,8 @@ def _claims_table(records: list[ClaimRecord]) -> list[str]:
     ]
     for r in records:
         lines.append(
-            f"| `{r.id}` | {r.figure} | {r.statement} | {_fmt(r.measured)} | {_condition(r)} "
+            f"| `{r.id}` | {_cell(r.figure)} | {_cell(r.statement)} | {_fmt(r.measured)} "
+            f"| {_condition(r)} "
             f"| **{r.verdict}** | {r.expected} | {_status(r)} |"
         )
     return lines
@@ -104,7 +115,21 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         "with a reference and a tolerance from `params.yaml`. *Expected* is the verdict we "
         "measured when the claim was recorded; a mismatch fails the check. Machine-readable: "
         "`results/claims.json`.",
+        "",
+        "| paper | claims | hold | do not reproduce | missing | unexpected |",
+        "|---|---|---|---|---|---|",
     ]
+    for paper, title in PAPER_TITLES.items():
+        recs = [r for r in records if r.paper == paper]
+        if recs:
+            tally = [
+                sum(r.verdict == v for r in recs)
+                for v in ("holds", "does-not-reproduce", "missing")
+            ]
+            bad = sum(not r.matches_expectation for r in recs)
+            lines.append(
+                f"| {title} | {len(recs)} | {tally[0]} | {tally[1]} | {tally[2]} | {bad or '—'} |"
+            )
     for paper, title in PAPER_TITLES.items():
         experiments = {n: e for n, e in params.experiments.items() if e.paper == paper}
         if not experiments:
