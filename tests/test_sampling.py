@@ -89,3 +89,24 @@ def test_bad_shapes_are_rejected() -> None:
         sample_chain(kernel, torch.ones(3) / 3, 2, 8)
     with pytest.raises(ChainParameterError, match="length must be >= 1"):
         sample_chain(kernel, torch.ones(2) / 2, 2, 0)
+
+
+def test_members_sampled_together_equal_members_sampled_alone() -> None:
+    """The DataModule's one-scan sampling of an ensemble equals per-member sampling."""
+    from lightning_modules import ChainMember
+    from lightning_modules.markov_data import sample_members
+
+    members = [
+        ChainMember(binary_kernel(0.5, 0.8), binary_stationary(0.5, 0.8), 0),
+        ChainMember(symmetric_kernel(2, 0.3), np.array([0.5, 0.5]), 1),
+    ]
+    together = sample_members(members, 3, 40, [torch.Generator().manual_seed(s) for s in (10, 11)])
+    for i, (m, seed) in enumerate(zip(members, (10, 11), strict=True)):
+        alone = sample_chain(
+            torch.from_numpy(m.kernel),
+            torch.from_numpy(m.initial),
+            3,
+            40,
+            torch.Generator().manual_seed(seed),
+        )
+        assert torch.equal(together[i], alone)
