@@ -7,6 +7,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
@@ -67,3 +68,71 @@ def per_seed_lines(ax: Axes, frame: pd.DataFrame, x: str, y: str, hue: str) -> N
 def finish(fig: Figure, title: str) -> None:
     fig.suptitle(title)
     fig.tight_layout()
+
+
+def heatmap(
+    ax: Axes,
+    values: np.ndarray,
+    annotations: np.ndarray,
+    row_labels: list[str],
+    col_labels: list[str],
+    colorbar_label: str,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+) -> None:
+    """Annotated heat-map; row i, column j fills the unit cell [j, j+1] x [i, i+1] (row 0 on
+    top). NaN cells stay blank (hatched), so "not measured" never looks like a value."""
+    sns.heatmap(
+        values,
+        ax=ax,
+        annot=annotations,
+        fmt="",
+        cmap="viridis",
+        vmin=vmin,
+        vmax=vmax,
+        xticklabels=col_labels,
+        yticklabels=row_labels,
+        linewidths=0.5,
+        linecolor="white",
+        cbar_kws={"label": colorbar_label},
+        annot_kws={"fontsize": 7},
+    )
+    ax.patch.set(hatch="//", edgecolor="0.8")
+    ax.tick_params(axis="y", rotation=0)
+    for i, j in zip(*np.nonzero(np.isnan(values)), strict=True):  # seaborn skips NaN cells
+        ax.text(j + 0.5, i + 0.5, annotations[i, j], ha="center", va="center", fontsize=7)
+
+
+def switching_boundary(ps: list[float], qs: list[float]) -> list[tuple[tuple[int, int], ...]]:
+    """Cell edges of a (p rows) x (q columns) grid that separate different signs of p+q-1.
+
+    Paper A's Fig. 4 demarcation: drawn along these edges, the boundary is a staircase
+    between the p+q<1 cells and the p+q>1 cells; cells with p+q=1 (the anti-diagonal of a
+    symmetric grid) get edges on both sides. Each segment is ((x0, y0), (x1, y1)) in the
+    cell coordinates of `heatmap`.
+    """
+
+    def side(p: float, q: float) -> int:
+        s = p + q - 1.0
+        return 0 if abs(s) <= 1e-9 else int(np.sign(s))
+
+    segments = []
+    for i, p in enumerate(ps):
+        for j, q in enumerate(qs):
+            if j + 1 < len(qs) and side(p, q) != side(p, qs[j + 1]):
+                segments.append(((j + 1, i), (j + 1, i + 1)))
+            if i + 1 < len(ps) and side(p, q) != side(ps[i + 1], q):
+                segments.append(((j, i + 1), (j + 1, i + 1)))
+    return segments
+
+
+def staircase(ax: Axes, ps: list[float], qs: list[float]) -> None:
+    """Draw `switching_boundary` on a heat-map as a thick red staircase."""
+    for start, end in switching_boundary(ps, qs):
+        ax.plot(
+            [start[0], end[0]],
+            [start[1], end[1]],
+            color="tab:red",
+            linewidth=2.5,
+            solid_capstyle="projecting",
+        )

@@ -84,9 +84,11 @@ def _settings_line(provenance: dict) -> str:
     settings = provenance.get("settings", {})
     model = settings.get("model", {})
     training = settings.get("training", {})
+    architecture = model or settings.get("architecture", {})
+    variants = settings.get("variants") or ([model["variant"]] if model else [])
     parts = [
-        f"model variant `{model.get('variant')}`" if model else "",
-        f"activation `{model.get('activation')}`" if model else "",
+        "model variant " + " and ".join(f"`{v}`" for v in variants) if variants else "",
+        f"activation `{architecture['activation']}`" if "activation" in architecture else "",
         f"initial law `{settings.get('initial_law')}`" if "initial_law" in settings else "",
         f"N={training.get('seq_len')}, {training.get('steps')} iterations" if training else "",
         f"seeds {settings.get('seeds')}" if "seeds" in settings else "",

@@ -15,6 +15,11 @@ PARAMS_FILE = REPO / "params.yaml"
 
 # Small enough for seconds on one CPU core, large enough to exercise every code path.
 TINY_TRAINING = {"steps": 30, "batch_size": 4, "seq_len": 32, "eval_every": 10, "test_sequences": 4}
+# Paper B's gradient-flow counts (set to 4) and its nested flow / canonical-SGD blocks.
+TINY_LOCAL_GLOBAL_COUNTS = ("inits_per_sigma", "grid_points", "common_inits", "check_points",
+                            "plane_inits", "random_rate_points", "plotted_per_axis",
+                            "plotted_trajectories")
+TINY_LOCAL_GLOBAL_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
 
 
 @pytest.fixture
@@ -33,6 +38,11 @@ def shrink(data: dict) -> dict:
             ci["seeds"] = ci["seeds"][:2]
         if "probability_positions" in ci:
             ci["probability_positions"] = 5
+        if entry["paper"] == "local_global":
+            ci.update({key: 4 for key in TINY_LOCAL_GLOBAL_COUNTS if key in ci})
+            for key, tiny in TINY_LOCAL_GLOBAL_BLOCKS.items():
+                if key in ci:
+                    ci[key].update(tiny)
     return data
 
 

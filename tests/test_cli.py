@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from replicate.cli import main
 
@@ -24,8 +25,9 @@ def test_bad_params_leave_results_untouched(tmp_path: Path, monkeypatch, capsys)
     out = tmp_path / "results/attn_markov/fig3"
     out.mkdir(parents=True)
     (out / "metrics.json").write_text('{"old": 1.0}')
-    text = (REPO / "params.yaml").read_text().replace("{p: 0.5, q: 0.8}", "{p: 1.5, q: 0.8}", 1)
-    (tmp_path / "params.yaml").write_text(text)
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["experiments"]["attn_markov_fig3"]["settings"]["ci"]["chains"][0]["p"] = 1.5
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     monkeypatch.chdir(tmp_path)
     assert main(["run", "attn_markov_fig3"]) == 2
     assert "chains.0.p = 1.5" in capsys.readouterr().err

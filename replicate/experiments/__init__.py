@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicate.experiments import attn_markov
+from replicate.experiments import attn_markov, local_global
 from replicate.experiments.base import Experiment, RunContext, run_experiment
 
 # Each paper module declares its own EXPERIMENTS; the registry is their union.
-REGISTRY: dict[str, Experiment] = {**attn_markov.EXPERIMENTS}
+REGISTRY: dict[str, Experiment] = {**attn_markov.EXPERIMENTS, **local_global.EXPERIMENTS}
 
 
 SHARED_CODE = (

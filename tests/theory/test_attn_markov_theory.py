@@ -395,3 +395,24 @@ def test_run_theorem_checks_covers_spec_items(check_rows: list[am.CheckRow]) -> 
     assert all(math.isfinite(value) for value in metrics.values())
     tied_s5 = {p: metrics[f"A-MS.tied.S5.p{p}.n_negative"] for p in (0.5, 0.7, 0.75, 0.85, 0.9)}
     assert tied_s5 == {0.5: 12, 0.7: 12, 0.75: 12, 0.85: 0, 0.9: 0}
+
+
+def test_tied_multistate_schur_minimum_is_flat_above_the_threshold(
+    check_rows: list[am.CheckRow],
+) -> None:
+    assert am.tied_multistate_schur_min(5, 0.5) == pytest.approx(-0.15, abs=1e-15)
+    assert am.tied_multistate_schur_min(5, 0.9) == 0.0  # the 1 direction is exactly flat
+    metrics = am.flat_metrics(check_rows)
+    assert metrics["A-MS.tied.S5.p0.9.schur_min_eig"] == pytest.approx(0.0, abs=1e-9)
+    assert metrics["A-MS.tied.S3.p0.6.schur_min_eig"] == pytest.approx(-1 / 15, abs=1e-9)
+
+
+def test_run_theorem_checks_can_leave_out_appendix_d() -> None:
+    rows = am.run_theorem_checks(
+        am.ModelSizes(d=2, m=2, r=4, n_positions=3),
+        (am.MultiStateCase(3, 2, (0.5,)),),
+        n_probe_directions=2,
+        appendix_d=False,
+    )
+    ids = [row.check_id for row in rows]
+    assert not any(i.startswith("A-D.") for i in ids) and "A-T1.eq10.printed_wstar.r4" in ids

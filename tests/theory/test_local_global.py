@@ -29,6 +29,7 @@ from replicate.theory.local_global import (
     chain_constants,
     classify_limit,
     energy,
+    gaussian_basin_probability,
     global_min_locus_e,
     global_min_surface_a,
     gradient_flow_velocity,
@@ -50,6 +51,7 @@ from replicate.theory.local_global import (
     predicted_limit,
     reduced_loss,
     separatrix_half_width,
+    small_e_log_rate,
 )
 
 CHAINS = [(0.1, 0.1), (0.9, 0.9), (0.2, 0.3), (0.5, 0.8)]
@@ -514,6 +516,37 @@ def test_gaussian_basin_probabilities_match_spec_quadrature(
         assert abs(fraction - expected) < 4 * math.sqrt(expected * (1 - expected) / n)
 
 
+SPEC_GAUSSIAN_TABLE = [  # spec B §2.8: sigma, P(I_*; p+q>1), P(I_*; p+q<1)
+    (0.1, 3.7e-9, 1 - 1.1e-13),
+    (0.3, 0.043568, 0.997031),
+    (0.5, 0.189011, 0.968547),
+    (0.7071, 0.297561, 0.930041),  # the spec's "1/sqrt2" row was computed at sigma = 0.7071
+    (1.0, 0.380511, 0.886995),
+    (2.0, 0.465196, 0.817333),
+]
+
+
+@pytest.mark.parametrize(("sigma", "above_one", "below_one"), SPEC_GAUSSIAN_TABLE)
+def test_gaussian_basin_quadrature_matches_the_spec_table(
+    sigma: float, above_one: float, below_one: float
+) -> None:
+    tolerance = 1e-6 if above_one > 1e-3 else 1e-10  # the table's 6 decimals / 2 digits
+    for chain, expected in [(ABOVE_ONE, above_one), ((0.9, 0.9), above_one)]:
+        assert gaussian_basin_probability(sigma, *chain) == pytest.approx(expected, abs=tolerance)
+    for chain in (BELOW_ONE, (0.1, 0.1)):
+        assert gaussian_basin_probability(sigma, *chain) == pytest.approx(below_one, abs=1e-6)
+
+
+def test_gaussian_basin_quadrature_matches_monte_carlo() -> None:
+    e, w = np.random.default_rng(15).normal(0.0, 0.8, (2, 100_000))
+    for chain in (ABOVE_ONE, BELOW_ONE):
+        expected = gaussian_basin_probability(0.8, *chain)
+        fraction = np.mean(basin_of(e, w, *chain) == STAR)
+        assert abs(fraction - expected) < 4 * math.sqrt(expected * (1 - expected) / e.size)
+    with pytest.raises(ValueError, match="sigma"):
+        gaussian_basin_probability(0.0, *ABOVE_ONE)
+
+
 def test_common_basin_lies_in_both_global_basins() -> None:
     e, w = np.random.default_rng(12).uniform((-3, -3), (3, 0), (20_000, 2)).T
     common = is_in_common_basin(e, w)
@@ -582,6 +615,21 @@ def test_gaussian_inits_end_where_thm_2_and_thm_8_say(
         assert all(result.limit_class is expected for result in results)
 
 
+@pytest.mark.parametrize("method", ["LSODA", "BDF"])
+@pytest.mark.parametrize("dim", [2, 3])
+def test_stacked_flows_equal_separate_integrations(method: str, dim: int) -> None:
+    inits = np.random.default_rng(16).normal(0.0, 0.7, (6, dim))
+    stacked = integrate_gradient_flows(inits, *BELOW_ONE, t_max=200.0, method=method)
+    for init, together in zip(inits, stacked, strict=True):
+        alone = integrate_gradient_flow(init, *BELOW_ONE, t_max=200.0, method=method)
+        assert together.limit_class is alone.limit_class
+        np.testing.assert_allclose(together.limit, alone.limit, atol=1e-7)
+        np.testing.assert_array_equal(together.theta[0], init)
+        assert together.energy_drift <= 1e-6
+    with pytest.raises(ValueError, match="inits"):
+        integrate_gradient_flows(np.zeros((3, 4)), *BELOW_ONE)
+
+
 @pytest.mark.parametrize(("chain", "expected_e"), [(ABOVE_ONE, 0.0), (BELOW_ONE, 1.494521)])
 def test_flow_from_the_e_axis_stays_on_it(chain: tuple[float, float], expected_e: float) -> None:
     result = integrate_gradient_flow([-0.7, 0.0], *chain)
@@ -622,8 +670,9 @@ def test_small_e_rate_near_the_w_axis(
     chain: tuple[float, float], w0: float, a0: float, expected_rate: float
 ) -> None:
     constants = chain_constants(*chain)
-    linearised = -2 * constants.reduced_loss_slope_at_zero * (1 + 2 * w0 * abs(w0))
+    linearised = float(small_e_log_rate(w0, *chain))
     assert linearised == pytest.approx(expected_rate, abs=1e-6)
+    assert linearised == pytest.approx(-hessian_on_w_axis(w0, *chain)[0, 0], abs=1e-15)
     result = integrate_gradient_flow([1e-4, w0, a0], *chain, t_max=1.0, t_eval=[0.0, 1.0])
     measured = math.log(abs(result.theta[-1, 0]) / 1e-4)
     assert measured == pytest.approx(linearised, rel=1e-2)

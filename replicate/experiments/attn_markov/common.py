@@ -1,4 +1,4 @@
-"""Paper A: training and measurement shared by the binary-chain figures (Figs. 1, 3, 4)."""
+"""Paper A: training and measurement shared by the training figures (Figs. 1, 3, 4, 5)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from replicate.markov import (
     binary_kernel,
     binary_stationary,
     binary_unigram_entropy,
+    symmetric_kernel,
 )
 from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
 
@@ -164,3 +165,84 @@ def chain_references(chain: BinaryChainSettings) -> Metrics:
         f"{chain.tag}/unigram_entropy": binary_unigram_entropy(chain.p, chain.q),
         f"{chain.tag}/pi1": float(binary_stationary(chain.p, chain.q)[1]),
     }
+
+
+# ----------------------------------------------------------------------------- multi-state chains
+@dataclass
+class StateRun:
+    """One trained model on the symmetric S-state chain (paper A, journal version, Sec. 4.3)."""
+
+    states: int
+    p: float
+    tied: bool
+    seed: int
+    steps: np.ndarray
+    test_loss: np.ndarray
+    oracle_bigram: float
+    oracle_unigram: float
+    kappa: float
+    run_class: analysis.RunClass
+    transition_means: np.ndarray
+
+    @property
+    def tying(self) -> str:
+        return "tied" if self.tied else "untied"
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.test_loss[-1])
+
+    @property
+    def p_stay(self) -> float:
+        """Mean predicted P(x_{n+1} = x_n): 1 - p at the bigram, 1/S at the unigram."""
+        return analysis.stay_probability(self.transition_means)
+
+
+def train_symmetric_runs(
+    states: int,
+    ps: list[float],
+    tied: bool,
+    seeds: list[int],
+    model: ModelSettings,
+    training: TrainingSettings,
+    optim: OptimSettings,
+    ctx: RunContext,
+) -> list[StateRun]:
+    """Train every (p, seed) pair of the S-state symmetric chain for one tying as one ensemble.
+
+    x_1 is uniform, which is the stationary law of the symmetric kernel (spec A, Sec. 2).
+    """
+    pairs = [(p, s) for p in ps for s in seeds]
+    uniform = np.full(states, 1.0 / states)
+    members = [ChainMember(symmetric_kernel(states, p), uniform, s) for p, s in pairs]
+    tying = "tied" if tied else "untied"
+    trained = train_ensemble(
+        gpt_config(model, states, training.seq_len, tied),
+        members,
+        training_plan(training),
+        OptimConfig(**optim.model_dump()),
+        label=ctx.label(f"S={states} {tying} ({len(members)} models)"),
+        progress=ctx.progress,
+    )
+    final = trained.module.evaluate(trained.test_tokens)
+    cls = ctx.classification
+    runs = []
+    for i, (p, seed) in enumerate(pairs):
+        bigram, unigram = analysis.oracle_losses(trained.test_tokens[i], members[i].kernel)
+        kappa = analysis.gap_closed(float(final.loss[i]), bigram, unigram)
+        runs.append(
+            StateRun(
+                states=states,
+                p=p,
+                tied=tied,
+                seed=seed,
+                steps=trained.eval_steps,
+                test_loss=trained.test_loss[i],
+                oracle_bigram=bigram,
+                oracle_unigram=unigram,
+                kappa=kappa,
+                run_class=analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
+                transition_means=final.transition_means[i],
+            )
+        )
+    return runs
