@@ -52,9 +52,13 @@ for exp_name, exp in EXPERIMENTS.items():
         output:
             [str(p) for p in exp.output_paths],
         params:
+            # Values are bound here; a loop variable used inside `shell:` would be read
+            # when the job runs, i.e. after the loop has moved on to the last experiment.
+            name=exp_name,
+            scale=SCALE,
             settings=PARAMS.settings_json(exp_name),
         shell:
-            f"{PY} run {exp_name}"
+            f"{PY} run {{params.name}}"
 
 
 # Aggregates: one per item name (fig3 = Figure 3 of every paper) and one per paper key.

@@ -144,6 +144,13 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
             figure = entry.directory / "figure.png"
             if (root / figure).exists():
                 lines += [f"![{name}]({figure.relative_to('results')})", ""]
+            links = [
+                f"[{o}]({(entry.directory / o).relative_to('results')})"
+                for o in entry.outputs
+                if o.endswith((".md", ".csv", ".pdf"))
+            ]
+            if links:
+                lines += ["Outputs: " + ", ".join(links) + ".", ""]
             prov_file = directory / "provenance.json"
             if prov_file.exists():
                 lines += [_settings_line(json.loads(prov_file.read_text())), ""]

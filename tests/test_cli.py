@@ -72,3 +72,16 @@ def test_snakemake_unknown_target_and_bad_scale(workflow: Path) -> None:
     assert res.returncode != 0 and "attn_markov_fig42" in res.stdout + res.stderr
     res = _snakemake(workflow, "-n", "fig3", "--config", "scale=huge")
     assert res.returncode != 0 and "huge" in res.stdout + res.stderr
+
+
+def test_snakemake_rules_run_their_own_experiment(workflow: Path) -> None:
+    """Regression: each generated rule must run its own experiment, not the loop's last one."""
+    import json
+
+    targets = ["attn_markov_table1", "attn_markov_fig2"]
+    res = _snakemake(workflow, *targets)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    for name in targets:
+        item = name.removeprefix("attn_markov_")
+        prov = json.loads((workflow / f"results/attn_markov/{item}/provenance.json").read_text())
+        assert prov["experiment"] == name

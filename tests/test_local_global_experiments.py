@@ -171,7 +171,8 @@ def test_low_rank_measures_on_known_matrices() -> None:
     assert math.isnan(tf.top_share(np.zeros((3, 3))))
     assert tf.alignment(rank_one, e, "right") == pytest.approx(1.0)
     assert tf.alignment(rank_one.T, e, "left") == pytest.approx(1.0)
-    assert tf.alignment(np.outer(e, [1.0, 1.0, -1.0, -1.0]), e, "right") == pytest.approx(0.0)
+    orthogonal = np.array([1.0, 1.0, 1.0, -1.0])  # <orthogonal, e> = 0
+    assert tf.alignment(np.outer(e, orthogonal), e, "right") == pytest.approx(0.0)
     assert tf.hypercube_ratio(np.array([0.5, -2.0, 1.0])) == pytest.approx(0.25)
     assert tf.positional_alignment(np.outer([-0.5, 0.5, 2.0], e), e) == pytest.approx(1.0)
     row = lowrank.measure(tf.member_weights(dict(_canonical_model().named_parameters()), 0))
@@ -310,8 +311,8 @@ def test_tiny_training_rules_report_their_measures(tiny_paper_b: tuple[Path, dic
     fig6_metrics = metrics["local_global_fig6"]
     assert fig6_metrics["all_steps/min_rho1_W1"] == pytest.approx(1.0)  # rank one after 30 steps
     structure = pd.read_csv(root / "results/local_global/fig6/structure.csv")
-    assert set(structure.step) == {0, 30}
-    assert math.isnan(structure.loc[structure.step == 0, "rho1_WV"]).all()  # W_V = 0 at init
+    assert set(structure.step) == {0, 1, 30}  # init, the shown iteration 1, the last
+    assert structure.loc[structure.step == 0, "rho1_WV"].isna().all()  # W_V = 0 at init
     fig4_metrics = metrics["local_global_fig4"]
     assert math.isnan(fig4_metrics["p0.5_q0.8/standard/max_abs_delta_unigram_at_250"])
     assert "sgd/class_agreement" in fig4_metrics

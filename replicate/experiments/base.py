@@ -40,9 +40,13 @@ class RunContext:
     written: list[str] = field(default_factory=list)
 
     def save_figure(self, fig: Figure, stem: str = "figure") -> None:
+        """Write ``stem``.png and ``stem``.pdf, then release the figure."""
+        import matplotlib.pyplot as plt
+
         for suffix in (".png", ".pdf"):
             io.save_figure(fig, self.out_dir / f"{stem}{suffix}")
             self.written.append(f"{stem}{suffix}")
+        plt.close(fig)
 
     def save_csv(self, frame: pd.DataFrame, name: str) -> None:
         io.write_csv(self.out_dir / name, frame)

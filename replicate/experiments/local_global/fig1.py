@@ -37,6 +37,8 @@ from replicate.experiments.local_global.flows import (
 from replicate.theory import local_global as lg
 
 STAR, MIN = lg.LimitClass.STAR, lg.LimitClass.MIN
+PLOT_EXTENT = 3.0
+"""Fig. 1's axes: w and e in [-3, 3] (spec B §4, Fig. 1a/1c)."""
 
 
 class Fig1Settings(Strict):
@@ -286,9 +288,9 @@ def _critical_sets(ax: Axes, chain: BinaryChainSettings, extent: float) -> None:
     ax.plot(lg.SADDLE_W, 0.0, "*", color="tab:orange", ms=13, mec="k", label="saddle", zorder=5)
 
 
-def _flow_panel(ax: Axes, chain: BinaryChainSettings, s: Fig1Settings, traj: pd.DataFrame) -> None:
+def _flow_panel(ax: Axes, chain: BinaryChainSettings, traj: pd.DataFrame) -> None:
     """(a)/(c): energy contours, the normalised -grad L field, integrated trajectories."""
-    extent = 3.0
+    extent = PLOT_EXTENT
     axis = np.linspace(-extent, extent, 301)
     w_grid, e_grid = np.meshgrid(axis, axis)
     contours = ax.contour(
@@ -322,7 +324,7 @@ def _flow_panel(ax: Axes, chain: BinaryChainSettings, s: Fig1Settings, traj: pd.
 
 def _basin_panel(ax: Axes, chain: BinaryChainSettings, runs: pd.DataFrame) -> None:
     """(b)/(d): basins of Thm 8 / Thm 2, the separatrix I_sad, and where Gaussian inits ended."""
-    extent = 3.0
+    extent = PLOT_EXTENT
     axis = np.linspace(-extent, extent, 601)
     w_grid, e_grid = np.meshgrid(axis, axis)
     basin = lg.basin_of(e_grid, w_grid, chain.p, chain.q)
@@ -380,7 +382,7 @@ def _plot(s: Fig1Settings, runs: pd.DataFrame, traj: pd.DataFrame, ctx: RunConte
     fig, axes = plotting.figure(2, 2, width=6.2, height=5.6)
     for col, chain in enumerate(s.panels):
         flow_letter, basin_letter = ("a", "b") if col == 0 else ("c", "d")
-        _flow_panel(axes[col], chain, s, traj)
+        _flow_panel(axes[col], chain, traj)
         axes[col].set_title(f"({flow_letter}) flow on energy contours, {chain_label(chain)}")
         _basin_panel(axes[2 + col], chain, runs)
         theorem = "Thm 8" if col == 0 else "Thm 2"

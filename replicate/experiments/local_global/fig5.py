@@ -169,7 +169,9 @@ def _plot(s: Fig5Settings, traj: pd.DataFrame, rates: pd.DataFrame, ctx: RunCont
     plotting.finish(
         fig,
         f"Paper B, Fig. 5 — {ctx.scale} scale: (e, w, a) flow near the origin, box ±{s.box:g}; "
-        f"{s.plotted_trajectories} flows over t ∈ [0, {s.zoom_time:g}], arrows: −∇L / |∇L|",
+        f"{s.plotted_trajectories} flows over t ∈ [0, {s.zoom_time:g}], arrows −∇L/|∇L|\n"
+        "plane e = 0: red local minima, purple local maxima; flows coloured by where they end "
+        "(green Θ*, red local minimum)",
     )
     ctx.save_figure(fig)
 

@@ -144,16 +144,15 @@ def low_rank_metrics(s: LowRankSettings, run: LowRankRun, ctx: RunContext) -> Me
     return metrics
 
 
-def low_rank_frames(run: LowRankRun, s: LowRankSettings) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(structure per snapshot, test-loss curves) for the CSV outputs."""
-    curves = pd.DataFrame(
+def curves_frame(run: LowRankRun, s: LowRankSettings) -> pd.DataFrame:
+    """Tidy test-loss curves: one row per (seed, evaluation step)."""
+    return pd.DataFrame(
         [
             {"seed": seed, "step": int(step), "test_loss": float(run.trained.test_loss[i, k])}
             for i, seed in enumerate(s.seeds)
             for k, step in enumerate(run.trained.eval_steps)
         ]
     )
-    return run.structure, curves
 
 
 # ----------------------------------------------------------------------------- figure
@@ -244,8 +243,8 @@ def run_low_rank(
 ) -> Metrics:
     """Train, measure, save structure.csv and curves.csv, draw the figure, return the metrics."""
     run = train_low_rank(s, recipe, options, ctx)
-    structure, curves = low_rank_frames(run, s)
-    ctx.save_csv(structure, "structure.csv")
+    curves = curves_frame(run, s)
+    ctx.save_csv(run.structure, "structure.csv")
     ctx.save_csv(curves, "curves.csv")
     plot_low_rank(s, run, curves, ctx, heading)
     return low_rank_metrics(s, run, ctx)
