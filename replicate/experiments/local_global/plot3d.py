@@ -51,7 +51,9 @@ def critical_sets(ax: Axes, chain: BinaryChainSettings, box: tuple[float, float,
     e, w = np.meshgrid(np.linspace(-e_box, e_box, 90), np.linspace(-w_box, w_box, 90))
     a = lg.global_min_surface_a(e, w, chain.p, chain.q)
     inside = np.abs(a) <= a_box
-    ax.scatter(w[inside], a[inside], e[inside], s=1.0, color="tab:green", alpha=0.4)
+    ax.scatter(
+        w[inside], a[inside], e[inside], s=1.0, color="tab:green", alpha=0.4, rasterized=True
+    )
     split = lg.SADDLE_W
     inner, outer = (split, w_box), (-w_box, split)  # 1 + 2w|w| > 0 / < 0
     minima, maxima = (inner, outer) if chain.p + chain.q > 1 else (outer, inner)
