@@ -52,9 +52,16 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def write_torch(path: Path, obj: Any) -> None:
+    """torch.save through a buffer: saved to a path, the archive's records are named after
+    the (random) temporary file, and identical tensors would give different bytes."""
+    import io as _io
+
     import torch
 
-    _atomic(path, lambda tmp: torch.save(obj, tmp))
+    buffer = _io.BytesIO()
+    torch.save(obj, buffer)
+    data = buffer.getvalue()
+    _atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def save_figure(fig: Figure, path: Path) -> None:

@@ -16,9 +16,16 @@ PARAMS_FILE = REPO / "params.yaml"
 # Small enough for seconds on one CPU core, large enough to exercise every code path.
 TINY_TRAINING = {"steps": 30, "batch_size": 4, "seq_len": 32, "eval_every": 10, "test_sequences": 4}
 # Paper B's gradient-flow counts (set to 4) and its nested flow / canonical-SGD blocks.
-TINY_LOCAL_GLOBAL_COUNTS = ("inits_per_sigma", "grid_points", "common_inits", "check_points",
-                            "plane_inits", "random_rate_points", "plotted_per_axis",
-                            "plotted_trajectories")
+TINY_LOCAL_GLOBAL_COUNTS = (
+    "inits_per_sigma",
+    "grid_points",
+    "common_inits",
+    "check_points",
+    "plane_inits",
+    "random_rate_points",
+    "plotted_per_axis",
+    "plotted_trajectories",
+)
 TINY_LOCAL_GLOBAL_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
 
 

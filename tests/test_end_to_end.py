@@ -78,3 +78,16 @@ def test_rerun_is_deterministic(tiny_run, tmp_path: Path) -> None:
     params = load_params(root / "params.yaml", scale="ci")
     again = run_experiment("attn_markov_fig3", params, tmp_path, progress=False)
     np.testing.assert_equal(again, metrics["attn_markov_fig3"])  # NaN == NaN here
+
+
+def test_torch_outputs_are_byte_deterministic(tmp_path: Path) -> None:
+    import torch
+
+    from replicate import io
+
+    obj = {"weights": torch.arange(6.0).view(2, 3), "members": [{"seed": 0}]}
+    io.write_torch(tmp_path / "a.pt", obj)
+    first = (tmp_path / "a.pt").read_bytes()
+    io.write_torch(tmp_path / "a.pt", obj)
+    assert (tmp_path / "a.pt").read_bytes() == first
+    assert torch.equal(torch.load(tmp_path / "a.pt")["weights"], obj["weights"])

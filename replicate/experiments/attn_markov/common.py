@@ -30,8 +30,40 @@ InitialLaw = Literal["stationary", "uniform"]
 
 
 # ----------------------------------------------------------------------------- shared training
+class FittedRun:
+    """What `BinaryRun` and `StateRun` share: the final test loss against the two oracles.
+
+    A plain base (not a dataclass), so the runs' own fields keep their order.
+    """
+
+    tied: bool
+    test_loss: np.ndarray
+    oracle_bigram: float
+    oracle_unigram: float
+    kappa: float
+    run_class: analysis.RunClass
+
+    @property
+    def tying(self) -> str:
+        return "tied" if self.tied else "untied"
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.test_loss[-1])
+
+    def fit_metrics(self) -> Metrics:
+        """Final loss, its distance to the bigram and unigram oracles, kappa and the class."""
+        return {
+            "final_loss": self.final_loss,
+            "delta_bigram": self.final_loss - self.oracle_bigram,
+            "delta_unigram": self.final_loss - self.oracle_unigram,
+            "kappa": self.kappa,
+            "class": float(self.run_class),
+        }
+
+
 @dataclass
-class BinaryRun:
+class BinaryRun(FittedRun):
     """One trained model on a binary chain, with everything the figures and claims read."""
 
     chain: BinaryChainSettings
@@ -49,14 +81,6 @@ class BinaryRun:
     norm_a: float
     bias: float
 
-    @property
-    def tying(self) -> str:
-        return "tied" if self.tied else "untied"
-
-    @property
-    def final_loss(self) -> float:
-        return float(self.test_loss[-1])
-
 
 def initial_law(chain: BinaryChainSettings, law: InitialLaw) -> np.ndarray:
     """Law of x_1: the stationary pi(p, q) (paper A, Sec. 2.2) or uniform (authors' option)."""
@@ -69,6 +93,50 @@ def gpt_config(model: ModelSettings, vocab: int, seq_len: int, tied: bool) -> GP
 
 def training_plan(training: TrainingSettings) -> TrainingPlan:
     return TrainingPlan(**training.model_dump())
+
+
+def train_and_fit(
+    members: list[ChainMember],
+    vocab: int,
+    tied: bool,
+    model: ModelSettings,
+    training: TrainingSettings,
+    optim: OptimSettings,
+    ctx: RunContext,
+    detail: str = "",
+) -> tuple[TrainedEnsemble, list[dict]]:
+    """Train ``members`` as one ensemble; per member, its curve and fit against the oracles.
+
+    Each member's dict holds the `FittedRun` fields with ``steps`` and ``transition_means``
+    (keyword arguments of `BinaryRun` and `StateRun`).
+    """
+    tying = "tied" if tied else "untied"
+    trained = train_ensemble(
+        gpt_config(model, vocab, training.seq_len, tied),
+        members,
+        training_plan(training),
+        OptimConfig(**optim.model_dump()),
+        label=ctx.label(f"{detail}{tying} ({len(members)} models)"),
+        progress=ctx.progress,
+    )
+    final = trained.module.evaluate(trained.test_tokens)
+    cls = ctx.classification
+    fits = []
+    for i, member in enumerate(members):
+        bigram, unigram = analysis.oracle_losses(trained.test_tokens[i], member.kernel)
+        kappa = analysis.gap_closed(float(final.loss[i]), bigram, unigram)
+        fits.append(
+            {
+                "steps": trained.eval_steps,
+                "test_loss": trained.test_loss[i],
+                "oracle_bigram": bigram,
+                "oracle_unigram": unigram,
+                "kappa": kappa,
+                "run_class": analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
+                "transition_means": final.transition_means[i],
+            }
+        )
+    return trained, fits
 
 
 def train_binary_runs(
@@ -85,41 +153,22 @@ def train_binary_runs(
     """Train every (chain, seed) pair for one tying choice as a single ensemble."""
     pairs = [(c, s) for c in chains for s in seeds]
     members = [ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs]
-    tying = "tied" if tied else "untied"
-    trained = train_ensemble(
-        gpt_config(model, 2, training.seq_len, tied),
-        members,
-        training_plan(training),
-        OptimConfig(**optim.model_dump()),
-        label=ctx.label(f"{detail}{tying} ({len(members)} models)"),
-        progress=ctx.progress,
-    )
-    final = trained.module.evaluate(trained.test_tokens)
+    trained, fits = train_and_fit(members, 2, tied, model, training, optim, ctx, detail)
     probs = analysis.next_token_probs(trained.module, trained.test_tokens[:, :1])[:, 0, :, 1]
     norm_a, bias = analysis.binary_output_layer(trained.module)
-    cls = ctx.classification
-    runs = []
-    for i, (chain, seed) in enumerate(pairs):
-        bigram, unigram = analysis.oracle_losses(trained.test_tokens[i], members[i].kernel)
-        kappa = analysis.gap_closed(float(final.loss[i]), bigram, unigram)
-        runs.append(
-            BinaryRun(
-                chain=chain,
-                tied=tied,
-                seed=seed,
-                steps=trained.eval_steps,
-                test_loss=trained.test_loss[i],
-                oracle_bigram=bigram,
-                oracle_unigram=unigram,
-                kappa=kappa,
-                run_class=analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
-                transition_means=final.transition_means[i],
-                sequence=trained.test_tokens[i, 0, :-1].numpy(),
-                prob_one=probs[i],
-                norm_a=float(norm_a[i]),
-                bias=float(bias[i]),
-            )
+    runs = [
+        BinaryRun(
+            chain=chain,
+            tied=tied,
+            seed=seed,
+            **fit,
+            sequence=trained.test_tokens[i, 0, :-1].numpy(),
+            prob_one=probs[i],
+            norm_a=float(norm_a[i]),
+            bias=float(bias[i]),
         )
+        for i, ((chain, seed), fit) in enumerate(zip(pairs, fits, strict=True))
+    ]
     return runs, trained
 
 
@@ -169,7 +218,7 @@ def chain_references(chain: BinaryChainSettings) -> Metrics:
 
 # ----------------------------------------------------------------------------- multi-state chains
 @dataclass
-class StateRun:
+class StateRun(FittedRun):
     """One trained model on the symmetric S-state chain (paper A, journal version, Sec. 4.3)."""
 
     states: int
@@ -183,14 +232,6 @@ class StateRun:
     kappa: float
     run_class: analysis.RunClass
     transition_means: np.ndarray
-
-    @property
-    def tying(self) -> str:
-        return "tied" if self.tied else "untied"
-
-    @property
-    def final_loss(self) -> float:
-        return float(self.test_loss[-1])
 
     @property
     def p_stay(self) -> float:
@@ -215,34 +256,10 @@ def train_symmetric_runs(
     pairs = [(p, s) for p in ps for s in seeds]
     uniform = np.full(states, 1.0 / states)
     members = [ChainMember(symmetric_kernel(states, p), uniform, s) for p, s in pairs]
-    tying = "tied" if tied else "untied"
-    trained = train_ensemble(
-        gpt_config(model, states, training.seq_len, tied),
-        members,
-        training_plan(training),
-        OptimConfig(**optim.model_dump()),
-        label=ctx.label(f"S={states} {tying} ({len(members)} models)"),
-        progress=ctx.progress,
+    _, fits = train_and_fit(
+        members, states, tied, model, training, optim, ctx, detail=f"S={states} "
     )
-    final = trained.module.evaluate(trained.test_tokens)
-    cls = ctx.classification
-    runs = []
-    for i, (p, seed) in enumerate(pairs):
-        bigram, unigram = analysis.oracle_losses(trained.test_tokens[i], members[i].kernel)
-        kappa = analysis.gap_closed(float(final.loss[i]), bigram, unigram)
-        runs.append(
-            StateRun(
-                states=states,
-                p=p,
-                tied=tied,
-                seed=seed,
-                steps=trained.eval_steps,
-                test_loss=trained.test_loss[i],
-                oracle_bigram=bigram,
-                oracle_unigram=unigram,
-                kappa=kappa,
-                run_class=analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
-                transition_means=final.transition_means[i],
-            )
-        )
-    return runs
+    return [
+        StateRun(states=states, p=p, tied=tied, seed=seed, **fit)
+        for (p, seed), fit in zip(pairs, fits, strict=True)
+    ]

@@ -104,11 +104,7 @@ def run_metrics(run: BinaryRun, plateau: PlateauSettings, steps: int) -> Metrics
     drops = run.run_class is analysis.RunClass.BIGRAM
     long_enough = bool(np.nan_to_num(length, nan=-1.0) >= plateau.min_fraction * steps)
     return {
-        "final_loss": run.final_loss,
-        "delta_bigram": run.final_loss - run.oracle_bigram,
-        "delta_unigram": run.final_loss - run.oracle_unigram,
-        "kappa": run.kappa,
-        "class": float(run.run_class),
+        **run.fit_metrics(),
         "f0_bar": float(run.transition_means[0, 1]),
         "q_hat": float(run.transition_means[1, 0]),
         "half_gap_step": half,

@@ -67,11 +67,7 @@ def _run_metrics(run: BinaryRun, profile: pd.DataFrame) -> Metrics:
     both = np.concatenate([at0, at1])
     prefix = f"{run.chain.tag}/{run.tying}/seed{run.seed}"
     values = {
-        "final_loss": run.final_loss,
-        "delta_bigram": run.final_loss - run.oracle_bigram,
-        "delta_unigram": run.final_loss - run.oracle_unigram,
-        "kappa": run.kappa,
-        "class": float(run.run_class),
+        **run.fit_metrics(),
         "f0_bar": float(run.transition_means[0, 1]),
         "q_hat": float(run.transition_means[1, 0]),
         "max_dev_x0": float(np.abs(at0 - p).max()),
@@ -194,4 +190,3 @@ def _plot_fig3(
         f"N={s.training.seq_len}, {s.training.steps} iterations, {seeds} seeds per curve",
     )
     ctx.save_figure(fig)
-

@@ -54,11 +54,7 @@ def p_tag(p: float) -> str:
 
 def run_metrics(run: StateRun) -> Metrics:
     return {
-        "final_loss": run.final_loss,
-        "delta_bigram": run.final_loss - run.oracle_bigram,
-        "delta_unigram": run.final_loss - run.oracle_unigram,
-        "kappa": run.kappa,
-        "class": float(run.run_class),
+        **run.fit_metrics(),
         "p_stay": run.p_stay,
         "dev_p_stay": abs(run.p_stay - (1.0 - run.p)),
         "dev_p_stay_uniform": abs(run.p_stay - 1.0 / run.states),

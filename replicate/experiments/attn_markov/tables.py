@@ -10,34 +10,19 @@ experiment's provenance.json) and compares each with the published value or grid
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 from pydantic import Field
 
 from lightning_modules import EnsembleGPT, GPTConfig
 from replicate.config import PositiveInt, Strict
+from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.attn_markov.fig3 import Fig3Settings
 from replicate.experiments.base import Metrics, RunContext
-
-
-def frame_to_markdown(frame: pd.DataFrame) -> str:
-    """A pipe table of ``frame``; floats with 4 significant digits, '|' escaped."""
-
-    def cell(value: object) -> str:
-        text = f"{value:.4g}" if isinstance(value, float) else str(value)
-        return text.replace("|", "\\|")
-
-    lines = [
-        "| " + " | ".join(map(cell, frame.columns)) + " |",
-        "|" + "---|" * len(frame.columns),
-        *("| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)),
-    ]
-    return "\n".join(lines) + "\n"
+from replicate.experiments.hyperparameter_tables import Table2Row, frame_to_markdown
 
 
 # ============================================================================= Table 1
@@ -234,26 +219,7 @@ class Table2Settings(Strict):
     """Nothing to set: Table 2 is compared with the settings Fig. 3 was trained with."""
 
 
-@dataclass(frozen=True)
-class Table2Row:
-    """One line of Table 2: the published value, and how to read it off Fig. 3's settings."""
-
-    item: str
-    published: str
-    group: str
-    resolve: Callable[[Fig3Settings], tuple[str, bool]]
-
-
-def _schedule(s: Fig3Settings) -> tuple[str, bool]:
-    o = s.optim
-    text = (
-        f"{o.schedule}: warm-up over {o.pct_start:.0%} of the steps from lr/{o.div_factor:g}, "
-        f"cosine decay to lr/{o.div_factor * o.final_div_factor:g}"
-    )
-    return text, o.schedule == "onecycle_cosine"
-
-
-TABLE2: tuple[Table2Row, ...] = (
+TABLE2: tuple[Table2Row[Fig3Settings], ...] = (
     Table2Row(
         "Dataset",
         "k-th order binary Markov source",
@@ -266,56 +232,7 @@ TABLE2: tuple[Table2Row, ...] = (
         "architecture",
         lambda s: (f"`{s.model.variant}` variant, {s.model.activation}", s.model.variant == "gpt2"),
     ),
-    Table2Row(
-        "Batch size",
-        "grid {16, 50}",
-        "grid",
-        lambda s: (str(s.training.batch_size), s.training.batch_size in (16, 50)),
-    ),
-    Table2Row(
-        "Accumulation steps",
-        "1",
-        "optimization",
-        lambda s: ("1 (one batch per optimizer step)", True),
-    ),
-    Table2Row(
-        "Optimizer",
-        "AdamW (β1 = 0.9, β2 = 0.95)",
-        "optimization",
-        lambda s: (
-            f"AdamW (β1 = {s.optim.beta1:g}, β2 = {s.optim.beta2:g})",
-            (s.optim.beta1, s.optim.beta2) == (0.9, 0.95),
-        ),
-    ),
-    Table2Row(
-        "Learning rate", "0.001", "optimization", lambda s: (f"{s.optim.lr:g}", s.optim.lr == 1e-3)
-    ),
-    Table2Row("Scheduler", "Cosine", "optimization", _schedule),
-    Table2Row(
-        "# Iterations",
-        "8000",
-        "iterations",
-        lambda s: (str(s.training.steps), s.training.steps == 8000),
-    ),
-    Table2Row(
-        "Weight decay",
-        "1e-3",
-        "optimization",
-        lambda s: (f"{s.optim.weight_decay:g} (Linear weights only)", s.optim.weight_decay == 1e-3),
-    ),
-    Table2Row("Dropout", "0", "optimization", lambda s: ("0 (the model has no dropout)", True)),
-    Table2Row(
-        "Sequence length",
-        "grid {512, 1024, 2048}",
-        "seq_len",
-        lambda s: (str(s.training.seq_len), s.training.seq_len in (512, 1024, 2048)),
-    ),
-    Table2Row(
-        "Embedding dimension",
-        "grid {4, 8, 16, 32, 64}",
-        "grid",
-        lambda s: (str(s.model.n_embd), s.model.n_embd in (4, 8, 16, 32, 64)),
-    ),
+    *hp.common_rows(accumulation="1 (one batch per optimizer step)", warmup_start=True),
     Table2Row(
         "Transformer layers",
         "between 1 and 6",
@@ -329,49 +246,17 @@ TABLE2: tuple[Table2Row, ...] = (
         lambda s: (str(s.model.n_head), s.model.n_head in (1, 2, 4, 8)),
     ),
     Table2Row("Mask window", "between 2 and full causal", "grid", lambda s: ("full causal", True)),
-    Table2Row(
-        "Repetitions", "3 or 5", "grid", lambda s: (f"{len(s.seeds)} seeds", len(s.seeds) in (3, 5))
-    ),
+    hp.REPETITIONS,
 )
-TABLE2_GROUPS = ("optimization", "grid", "iterations", "seq_len", "architecture")
-
-
-def upstream_settings(ctx: RunContext) -> Fig3Settings:
-    """The resolved settings the upstream experiment (Fig. 3) recorded in provenance.json."""
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "provenance.json"
-    return Fig3Settings.model_validate(json.loads(path.read_text())["settings"])
+"""Paper A, App. C.1, Table 2 in printed order; the shared lines are `hyperparameter_tables`'."""
 
 
 def table2_frame(s: Fig3Settings, scale: str) -> pd.DataFrame:
-    rows = []
-    for row in TABLE2:
-        resolved, agrees = row.resolve(s)
-        rows.append(
-            {
-                "item": row.item,
-                "Table 2 (paper)": row.published,
-                f"Fig. 3 runs ({scale} scale)": resolved,
-                "agrees": "yes" if agrees else "no",
-                "group": row.group,
-            }
-        )
-    return pd.DataFrame(rows)
+    """Table 2 against the settings ``s`` of the Fig. 3 runs at ``scale``."""
+    return hp.table2_frame(TABLE2, s, f"Fig. 3 runs ({scale} scale)")
 
 
 def table2(_: Table2Settings, ctx: RunContext) -> Metrics:
     """Table 2: the published hyper-parameters against those Fig. 3 was trained with."""
-    s = upstream_settings(ctx)
-    frame = table2_frame(s, ctx.scale)
-    disagree = frame.agrees == "no"
-    metrics: Metrics = {
-        f"mismatches/{g}": float((disagree & (frame.group == g)).sum()) for g in TABLE2_GROUPS
-    }
-    metrics["iterations"] = float(s.training.steps)
-    metrics["seq_len"] = float(s.training.seq_len)
-    ctx.save_csv(frame, "table2.csv")
-    title = (
-        "# Paper A, Table 2 vs the settings of the Fig. 3 runs "
-        f"({ctx.scale} scale, from results/attn_markov/{ctx.entry.upstream}/provenance.json)"
-    )
-    ctx.save_text(f"{title}\n\n{frame_to_markdown(frame)}", "table2.md")
-    return metrics
+    s = hp.upstream_settings(ctx, Fig3Settings)
+    return hp.table2(TABLE2, s, ctx, paper="A", figure="Fig. 3")

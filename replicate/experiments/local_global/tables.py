@@ -12,33 +12,17 @@ compares each with the published value or grid.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
 from lightning_modules import EnsembleGPT, GPTConfig
 from replicate.config import PositiveInt, Strict
+from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.hyperparameter_tables import Table2Row, frame_to_markdown
 from replicate.experiments.local_global.fig4 import Fig4Settings
 from replicate.experiments.local_global.transformer import pin_uni_embedding
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A pipe table of ``frame`` ('|' in cells escaped)."""
-
-    def cell(value: object) -> str:
-        return str(value).replace("|", "\\|")
-
-    lines = [
-        "| " + " | ".join(map(cell, frame.columns)) + " |",
-        "|" + "---|" * len(frame.columns),
-        *("| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)),
-    ]
-    return "\n".join(lines) + "\n"
-
 
 # ============================================================================= Table 1
 TABLE1: dict[str, tuple[str, Callable[[int, int], tuple[int, ...]]]] = {
@@ -129,7 +113,7 @@ def table1(s: Table1Settings, ctx: RunContext) -> Metrics:
         "`theory` is the model of paper B §2 trained by this harness (no LayerNorm, as the "
         "authors' Markov-Simple2 code); `gpt2` is the LayerNorm ablation.\n\n"
     )
-    ctx.save_text(title + markdown_table(every), "table1.md")
+    ctx.save_text(title + frame_to_markdown(every, digits=None), "table1.md")
     return metrics
 
 
@@ -138,26 +122,7 @@ class Table2Settings(Strict):
     """Nothing to set: Table 2 is compared with the settings Fig. 4 was trained with."""
 
 
-@dataclass(frozen=True)
-class Table2Row:
-    """One line of paper B's Table 2: the published value and how Fig. 4's settings read it."""
-
-    item: str
-    published: str
-    group: str
-    resolve: Callable[[Fig4Settings], tuple[str, bool]]
-
-
-def _schedule(s: Fig4Settings) -> tuple[str, bool]:
-    o = s.optim
-    text = (
-        f"{o.schedule}: warm-up over {o.pct_start:.0%} of the steps, cosine decay to "
-        f"lr/{o.div_factor * o.final_div_factor:g}"
-    )
-    return text, o.schedule == "onecycle_cosine"
-
-
-TABLE2: tuple[Table2Row, ...] = (
+TABLE2: tuple[Table2Row[Fig4Settings], ...] = (
     Table2Row(
         "Dataset",
         "k-th order binary Markov source",
@@ -173,94 +138,17 @@ TABLE2: tuple[Table2Row, ...] = (
             s.model.variant == "gpt2",
         ),
     ),
-    Table2Row(
-        "Batch size",
-        "grid {16, 50}",
-        "grid",
-        lambda s: (str(s.training.batch_size), s.training.batch_size in (16, 50)),
-    ),
-    Table2Row("Accumulation steps", "1", "optimization", lambda s: ("1", True)),
-    Table2Row(
-        "Optimizer",
-        "AdamW (β1 = 0.9, β2 = 0.95)",
-        "optimization",
-        lambda s: (
-            f"AdamW (β1 = {s.optim.beta1:g}, β2 = {s.optim.beta2:g})",
-            (s.optim.beta1, s.optim.beta2) == (0.9, 0.95),
-        ),
-    ),
-    Table2Row(
-        "Learning rate", "0.001", "optimization", lambda s: (f"{s.optim.lr:g}", s.optim.lr == 1e-3)
-    ),
-    Table2Row("Scheduler", "Cosine", "optimization", _schedule),
-    Table2Row(
-        "# Iterations",
-        "8000",
-        "iterations",
-        lambda s: (str(s.training.steps), s.training.steps == 8000),
-    ),
-    Table2Row(
-        "Weight decay",
-        "1e-3",
-        "optimization",
-        lambda s: (f"{s.optim.weight_decay:g} (Linear weights only)", s.optim.weight_decay == 1e-3),
-    ),
-    Table2Row("Dropout", "0", "optimization", lambda s: ("0 (the model has no dropout)", True)),
-    Table2Row(
-        "Sequence length",
-        "grid {512, 1024, 2048}",
-        "seq_len",
-        lambda s: (str(s.training.seq_len), s.training.seq_len in (512, 1024, 2048)),
-    ),
-    Table2Row(
-        "Embedding dimension",
-        "grid {4, 8, 16, 32, 64}",
-        "grid",
-        lambda s: (str(s.model.n_embd), s.model.n_embd in (4, 8, 16, 32, 64)),
-    ),
+    *hp.common_rows(accumulation="1", warmup_start=False),
     Table2Row(
         "Transformer layers", "1", "grid", lambda s: (str(s.model.n_layer), s.model.n_layer == 1)
     ),
     Table2Row("Attention heads", "1", "grid", lambda s: (str(s.model.n_head), s.model.n_head == 1)),
-    Table2Row(
-        "Repetitions", "3 or 5", "grid", lambda s: (f"{len(s.seeds)} seeds", len(s.seeds) in (3, 5))
-    ),
+    hp.REPETITIONS,
 )
-TABLE2_GROUPS = ("optimization", "grid", "iterations", "seq_len", "architecture")
-
-
-def upstream_settings(ctx: RunContext) -> Fig4Settings:
-    """The resolved settings the upstream experiment (Fig. 4) recorded in provenance.json."""
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "provenance.json"
-    return Fig4Settings.model_validate(json.loads(path.read_text())["settings"])
+"""Paper B, App. O, Table 2 in printed order; the shared lines are `hyperparameter_tables`'."""
 
 
 def table2(_: Table2Settings, ctx: RunContext) -> Metrics:
     """Table 2: the published hyper-parameters against those Fig. 4 was trained with."""
-    s = upstream_settings(ctx)
-    rows = []
-    for row in TABLE2:
-        resolved, agrees = row.resolve(s)
-        rows.append(
-            {
-                "item": row.item,
-                "Table 2 (paper)": row.published,
-                f"Fig. 4 runs ({ctx.scale} scale)": resolved,
-                "agrees": "yes" if agrees else "no",
-                "group": row.group,
-            }
-        )
-    frame = pd.DataFrame(rows)
-    disagree = frame.agrees == "no"
-    metrics: Metrics = {
-        f"mismatches/{g}": float((disagree & (frame.group == g)).sum()) for g in TABLE2_GROUPS
-    }
-    metrics["iterations"] = float(s.training.steps)
-    metrics["seq_len"] = float(s.training.seq_len)
-    ctx.save_csv(frame, "table2.csv")
-    title = (
-        "# Paper B, Table 2 vs the settings of the Fig. 4 runs "
-        f"({ctx.scale} scale, from results/local_global/{ctx.entry.upstream}/provenance.json)"
-    )
-    ctx.save_text(f"{title}\n\n{markdown_table(frame)}", "table2.md")
-    return metrics
+    s = hp.upstream_settings(ctx, Fig4Settings)
+    return hp.table2(TABLE2, s, ctx, paper="B", figure="Fig. 4")
