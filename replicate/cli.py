@@ -35,8 +35,19 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     from replicate import claims
 
+    params = load_params(args.params, scale=args.scale)
     if args.command == "check":
-        records = claims.load_records()
+        # Re-evaluate from params.yaml and the metrics rather than trusting a stored file:
+        # a claims.json left over from an earlier run must not make the check pass.
+        records = claims.evaluate(params)
+        stored = claims.load_records() if claims.CLAIMS_FILE.exists() else []
+        if [r.to_json() for r in stored] != [r.to_json() for r in records]:
+            print(
+                f"error: {claims.CLAIMS_FILE} is stale (it differs from a fresh evaluation); "
+                "rebuild it with `python -m replicate claims`",
+                file=sys.stderr,
+            )
+            return 1
         bad = claims.unexpected(records)
         for r in bad:
             print(
@@ -48,7 +59,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"claims check: {len(records) - len(bad)} of {len(records)} verdicts as expected")
         return 1 if bad else 0
 
-    params = load_params(args.params, scale=args.scale)
     if args.command == "list":
         for name, entry in params.experiments.items():
             outs = ", ".join(str(p) for p in entry.output_paths)

@@ -113,7 +113,34 @@ def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -
     report = (tmp_path / "results/REPORT.md").read_text()
     assert CLAIM_ID in report and "UNEXPECTED" in report  # the other claims are missing
     monkeypatch.chdir(tmp_path)
-    assert main(["check"]) == 1
-    only = [r for r in records if r.id == CLAIM_ID]
-    claims.write_claims(only, params, tmp_path)
-    assert main(["check"]) == 0
+    args = ["--params", str(PARAMS_FILE), "--scale", "ci", "check"]
+    assert main(args) == 1  # every other claim is missing its metrics
+
+
+def test_check_does_not_trust_a_stored_claims_file(tmp_path: Path, monkeypatch) -> None:
+    """A claims.json saying 'all as expected' cannot pass when the metrics are gone."""
+    params = load_params(PARAMS_FILE, scale="ci")
+    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    records = claims.evaluate(params, tmp_path)
+    for r in records:  # forge a file that claims everything matched
+        r.verdict, r.matches_expectation = r.expected, True
+    claims.write_claims(records, params, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--params", str(PARAMS_FILE), "--scale", "ci", "check"]) == 1
+
+
+def test_check_passes_when_every_verdict_matches(
+    tmp_path: Path, params_dict: dict, monkeypatch
+) -> None:
+    import yaml
+
+    data = params_dict
+    data["claims"] = [c for c in data["claims"] if c["id"] == CLAIM_ID]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    monkeypatch.chdir(tmp_path)
+    assert main(["--params", str(path), "--scale", "ci", "claims"]) == 0
+    assert main(["--params", str(path), "--scale", "ci", "check"]) == 0
+    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 0.0})  # metrics changed since
+    assert main(["--params", str(path), "--scale", "ci", "check"]) == 1
