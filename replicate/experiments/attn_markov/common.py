@@ -30,18 +30,22 @@ InitialLaw = Literal["stationary", "uniform"]
 
 
 # ----------------------------------------------------------------------------- shared training
+@dataclass
 class FittedRun:
-    """What `BinaryRun` and `StateRun` share: the final test loss against the two oracles.
+    """What `BinaryRun` and `StateRun` share: the test-loss curve against the two oracles.
 
-    A plain base (not a dataclass), so the runs' own fields keep their order.
+    Every run is built with keyword arguments, so the field order is immaterial.
     """
 
     tied: bool
+    seed: int
+    steps: np.ndarray
     test_loss: np.ndarray
     oracle_bigram: float
     oracle_unigram: float
     kappa: float
     run_class: analysis.RunClass
+    transition_means: np.ndarray
 
     @property
     def tying(self) -> str:
@@ -67,15 +71,6 @@ class BinaryRun(FittedRun):
     """One trained model on a binary chain, with everything the figures and claims read."""
 
     chain: BinaryChainSettings
-    tied: bool
-    seed: int
-    steps: np.ndarray
-    test_loss: np.ndarray
-    oracle_bigram: float
-    oracle_unigram: float
-    kappa: float
-    run_class: analysis.RunClass
-    transition_means: np.ndarray
     sequence: np.ndarray
     prob_one: np.ndarray
     norm_a: float
@@ -223,15 +218,6 @@ class StateRun(FittedRun):
 
     states: int
     p: float
-    tied: bool
-    seed: int
-    steps: np.ndarray
-    test_loss: np.ndarray
-    oracle_bigram: float
-    oracle_unigram: float
-    kappa: float
-    run_class: analysis.RunClass
-    transition_means: np.ndarray
 
     @property
     def p_stay(self) -> float:
