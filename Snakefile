@@ -1,14 +1,19 @@
 # markov-replicate workflow. Every rule is generated from params.yaml (validated by
-# replicate.config); nothing here restates a setting.
-#   snakemake --cores all fig3                       Figure 3 of every paper (ci scale)
-#   snakemake --cores all attn_markov_fig3 --config scale=paper
-#   snakemake --cores all claims                     evaluate every claim; fail on a surprise
+# replicate.config); nothing here restates a setting, a resource request included.
+#   snakemake fig3                                   Figure 3 of every paper (ci scale)
+#   snakemake attn_markov_fig3 --config scale=paper
+#   snakemake claims                                 evaluate every claim; fail on a surprise
+#   snakemake --profile profiles/slurm ...           the same DAG as SLURM jobs
+#   snakemake --report report.zip                    figures, captions and claims for a reviewer
+# profiles/default (read automatically) sets cores, rerun-incomplete and printing.
 import sys
 
 from replicate.config import ConfigError, load_params
 from replicate.experiments import code_dependencies
 
 configfile: "params.yaml"
+
+report: "report/workflow.rst"
 
 try:
     PARAMS = load_params(config)
@@ -17,11 +22,32 @@ except ConfigError as exc:
 
 SCALE = PARAMS.scale
 EXPERIMENTS = PARAMS.experiments
+THREADS = PARAMS.raw.runtime.threads
 PY = f"{sys.executable} -m replicate --scale {SCALE}"
+
+localrules:
+    all,
+    claims,
 
 
 def outputs_of(names):
     return [str(path) for name in names for path in EXPERIMENTS[name].output_paths]
+
+
+def for_report(name, path):
+    """Figures (or, for a table without one, its CSVs) go into Snakemake's report, with the
+    caption report/experiment.rst renders from params.yaml (title, source, claims)."""
+    entry = EXPERIMENTS[name]
+    shown = ".png" if any(o.endswith(".png") for o in entry.outputs) else ".csv"
+    if not str(path).endswith(shown):
+        return str(path)
+    return report(
+        str(path),
+        caption="report/experiment.rst",
+        category=entry.paper,
+        subcategory=entry.item,
+        labels={"experiment": name, "file": path.name},
+    )
 
 
 def grouped(attribute):
@@ -37,8 +63,10 @@ rule all:
         "results/claims.json",
         "results/REPORT.md",
     default_target: True
+    log:
+        "logs/all.log",
     shell:
-        f"{PY} check"
+        f"{PY} check > {{log}} 2>&1"
 
 
 for exp_name, exp in EXPERIMENTS.items():
@@ -50,7 +78,14 @@ for exp_name, exp in EXPERIMENTS.items():
             code_dependencies(exp.paper),
             outputs_of([PARAMS.upstream_of(exp_name)] if exp.upstream else []),
         output:
-            [str(p) for p in exp.output_paths],
+            [for_report(exp_name, p) for p in exp.output_paths],
+        log:
+            f"logs/{exp_name}.log",
+        benchmark:
+            f"logs/benchmarks/{exp_name}.tsv"
+        threads: THREADS
+        resources:
+            **PARAMS.resources(exp_name).model_dump(),
         params:
             # Values are bound here; a loop variable used inside `shell:` would be read
             # when the job runs, i.e. after the loop has moved on to the last experiment.
@@ -58,7 +93,7 @@ for exp_name, exp in EXPERIMENTS.items():
             scale=SCALE,
             settings=PARAMS.settings_json(exp_name),
         shell:
-            f"{PY} run {{params.name}}"
+            f"{PY} run {{params.name}} > {{log}} 2>&1"
 
 
 # Aggregates: one per item name (fig3 = Figure 3 of every paper) and one per paper key.
@@ -76,14 +111,21 @@ rule claims_report:
         "params.yaml",
         outputs_of(EXPERIMENTS),
     output:
-        "results/claims.json",
-        "results/REPORT.md",
+        report("results/claims.json", caption="report/claims.rst", category="claims"),
+        report("results/REPORT.md", caption="report/claims.rst", category="claims"),
+    log:
+        "logs/claims_report.log",
+    benchmark:
+        "logs/benchmarks/claims_report.tsv"
+    threads: 1
     shell:
-        f"{PY} claims"
+        f"{PY} claims > {{log}} 2>&1"
 
 
 rule claims:
     input:
         "results/claims.json",
+    log:
+        "logs/claims.log",
     shell:
-        f"{PY} check"
+        f"{PY} check > {{log}} 2>&1"

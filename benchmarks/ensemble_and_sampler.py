@@ -17,7 +17,7 @@ import torch
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig
 from replicate.markov import binary_kernel, binary_stationary, sample_chain, sample_chain_loop
-from replicate.training import TrainingPlan, configure_torch, train_ensemble
+from replicate.training import TrainingPlan, configure_torch, gpt_ensemble, train_ensemble
 
 
 def _time(fn, repeats: int = 1) -> float:
@@ -33,11 +33,13 @@ def bench_ensemble(ensemble: int, seq_len: int, steps: int) -> None:
     plan = TrainingPlan(steps, 16, seq_len, eval_every=steps, test_sequences=16, test_seed=0)
     cfg = GPTConfig(block_size=seq_len)
     optim = OptimConfig()
-    train_ensemble(cfg, members[:1], plan, optim, "warm-up", progress=False)
-    batched = _time(lambda: train_ensemble(cfg, members, plan, optim, "batched", progress=False))
-    sequential = _time(
-        lambda: [train_ensemble(cfg, [m], plan, optim, "single", progress=False) for m in members]
-    )
+    def run(group: list[ChainMember], label: str) -> None:
+        model = gpt_ensemble(cfg, [m.seed for m in group])
+        train_ensemble(model, group, plan, optim, label, progress=False)
+
+    run(members[:1], "warm-up")
+    batched = _time(lambda: run(members, "batched"))
+    sequential = _time(lambda: [run([m], "single") for m in members])
     total = ensemble * steps
     print(
         f"ensemble E={ensemble}, B=16, N={seq_len}, {steps} steps, device "

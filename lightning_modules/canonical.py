@@ -9,7 +9,7 @@ and P(x_{n+1} = 1 | x_1^n) = sigma(logit_n). `EnsembleCanonical` holds E indepen
 them with plain SGD on fresh Markov sequences, as the authors' `Markov-Fixed` code trains
 the same three scalars (spec B §3.4, "canonical 3-scalar model").
 
-Lightning runs the loop, as for `EnsembleLM`: one Trainer, the shared `MarkovEnsembleData`
+Lightning runs the loop, as for `EnsembleModule`: one Trainer, the shared `MarkovEnsembleData`
 stream (member i's data depends on its seed alone) and the same device handling. Its
 overhead does not dominate: for 10 runs at B = 16, N = 256 a step took about 7 ms on the
 shared 2-core CPU, of which about 4 ms sample the (10, 16, 257) batch, about 1 ms is the
@@ -24,6 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lightning_modules.markov_data import SequenceBatch
 
 
 class EnsembleCanonical(nn.Module):
@@ -63,16 +65,16 @@ class CanonicalLM(L.LightningModule):
         self.path_steps: list[int] = []
         self.path: list[np.ndarray] = []
 
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        logits = self.model(batch[..., :-1])
-        targets = batch[..., 1:].to(logits.dtype)
+    def training_step(self, batch: SequenceBatch, batch_idx: int) -> torch.Tensor:
+        logits = self.model(batch.tokens[..., :-1])
+        targets = batch.tokens[..., 1:].to(logits.dtype)
         losses = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
         return losses.flatten(1).mean(1).sum()
 
     def on_train_start(self) -> None:
         self._record()
 
-    def on_train_batch_end(self, outputs: object, batch: torch.Tensor, batch_idx: int) -> None:
+    def on_train_batch_end(self, outputs: object, batch: SequenceBatch, batch_idx: int) -> None:
         if self.global_step % self.record_every == 0:
             self._record()
 

@@ -1,91 +1,182 @@
-"""LightningModule that trains an `EnsembleGPT` of E independent members in one step.
+"""The one LightningModule that trains an ensemble of E independent models in one step.
 
-The training loss is the *sum* of the members' mean cross-entropies, so each member's
-gradient is exactly its own (no coupling); AdamW and the OneCycle schedule act elementwise.
-The module evaluates the fixed test set at step 0, every ``eval_every`` steps and at the
-end, keeping the per-member test-loss history.
+The model is any `nn.Module` whose parameters all carry a leading ensemble axis E; the
+objective (`lightning_modules.objectives`) turns a batch into the (E,) per-member losses.
+The training loss is their *sum*, so each member's gradient is exactly its own; Adam(W)
+and the schedules act elementwise, and gradient clipping is applied per member (Lightning's
+``gradient_clip_val`` would clip the ensemble's joint norm and couple the members).
+
+At step 0, every ``eval_every`` steps and at the end the module records, per member: the
+test loss on the fixed test set, the minibatch gradient norm averaged over the steps since
+the previous evaluation (paper C's logged ``gns``, spec C §2.4), the population gradient
+norm with its noise floor when a gradient set is given (spec C §3.5 / §4.0), and any
+probes (callables of the model, e.g. attention offset masses). All of it, with the global
+random state, is saved in Lightning checkpoints, so a run resumed from one ends with the
+same numbers as an uninterrupted run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
+from torch import nn
 
-from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, per_member_cross_entropy
+from lightning_modules.markov_data import SequenceBatch
+from lightning_modules.objectives import NextTokenCE, Objective
+
+Probe = Callable[[nn.Module], np.ndarray]
+"""A measurement of the model at an evaluation step: an array with leading axis E."""
 
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW + OneCycle-cosine schedule (paper A, Table 2; schedule from the authors' code)."""
+    """AdamW with a schedule; Adam's beta1 = 0 is allowed (paper C's code, spec C §0.5).
+
+    Schedules: ``constant``; ``onecycle_cosine``, the authors' OneCycleLR of papers A and D
+    (warm-up over ``pct_start`` from lr/div_factor, cosine down to
+    lr/(div_factor*final_div_factor)); ``warmup_cosine``, linear warm-up over
+    ``pct_start`` from 0 then cosine to 0. ``clip_norm`` clips each member's gradient norm
+    (paper D, spec D §5: 1.0); None disables clipping.
+    """
 
     lr: float = 1e-3
     beta1: float = 0.9
     beta2: float = 0.95
     weight_decay: float = 1e-3
-    schedule: str = "onecycle_cosine"
+    schedule: Literal["constant", "onecycle_cosine", "warmup_cosine"] = "onecycle_cosine"
     pct_start: float = 0.02
     div_factor: float = 100.0
     final_div_factor: float = 0.05
+    clip_norm: float | None = None
 
 
-@dataclass
-class TestEvaluation:
-    """Per-member test metrics: mean loss (E,) and conditional mean predictions (E, S, S).
-
-    ``transition_means[e, i, j]`` is the model's mean predicted P(x_{n+1}=j) over test
-    positions with x_n = i, e.g. f-bar_0 = [e, 0, 1] and q-hat = [e, 1, 0] (spec A, Sec. 4).
-    """
-
-    loss: np.ndarray
-    transition_means: np.ndarray
+def member_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """(E,) Euclidean norm of each member's slice (axis 0) over all ``tensors``."""
+    squares = sum(t.detach().double().pow(2).flatten(1).sum(1) for t in tensors)
+    return torch.as_tensor(squares).sqrt()
 
 
-class EnsembleLM(L.LightningModule):
+class EnsembleModule(L.LightningModule):
     def __init__(
         self,
-        cfg: GPTConfig,
-        seeds: list[int],
+        model: nn.Module,
         optim: OptimConfig,
         steps: int,
-        test_tokens: torch.Tensor,
+        test_batch: SequenceBatch,
         eval_every: int,
-        eval_batch: int = 16,
+        eval_batch: int,
+        objective: Objective | None = None,
         snapshot_steps: tuple[int, ...] = (),
-        initialize: Callable[[EnsembleGPT], None] | None = None,
+        probes: Mapping[str, Probe] | None = None,
+        gradient_set: SequenceBatch | None = None,
+        gradient_chunks: int = 8,
     ) -> None:
         super().__init__()
-        self.model = EnsembleGPT(cfg, len(seeds))
-        self.model.init_members(seeds)
-        if initialize is not None:
-            with torch.no_grad():
-                initialize(self.model)
+        self.model = model
+        self.objective: Objective = objective if objective is not None else NextTokenCE()
+        self.optim, self.steps = optim, steps
+        self.test_batch = test_batch
+        self.eval_every, self.eval_batch = eval_every, eval_batch
         self.snapshot_steps = frozenset(snapshot_steps)
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
-        self.optim, self.steps = optim, steps
-        self.test_tokens = test_tokens
-        self.eval_every, self.eval_batch = eval_every, eval_batch
+        self.probes = dict(probes or {})
+        self.gradient_set, self.gradient_chunks = gradient_set, gradient_chunks
+        if gradient_set is not None and gradient_set.tokens.shape[1] < 2 * gradient_chunks:
+            raise ValueError("the gradient set needs at least two sequences per chunk")
+        self.history: dict[str, list[np.ndarray]] = {}
         self.eval_steps: list[int] = []
-        self.eval_losses: list[np.ndarray] = []
+        self._grad_norm_sum: torch.Tensor | None = None
+        self._grad_norm_count = 0
+        self._ended_step = -1  # last step whose evaluation/snapshot work is done
 
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        losses = per_member_cross_entropy(self.model(batch[..., :-1]), batch[..., 1:])
-        self.log("loss", losses.mean(), prog_bar=True, on_step=True, batch_size=batch.shape[1])
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: SequenceBatch, batch_idx: int) -> torch.Tensor:
+        losses = self.objective.loss(self.model, batch)
+        self.log(
+            "loss", losses.mean(), prog_bar=True, on_step=True, batch_size=batch.tokens.shape[1]
+        )
         return losses.sum()
 
-    def on_train_start(self) -> None:
-        self._record_eval()
-        self._snapshot()
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Accumulate each member's (unclipped) minibatch gradient norm."""
+        norms = member_norms([p.grad for p in self.model.parameters() if p.grad is not None])
+        self._grad_norm_sum = norms if self._grad_norm_sum is None else self._grad_norm_sum + norms
+        self._grad_norm_count += 1
 
-    def on_train_batch_end(self, outputs: object, batch: torch.Tensor, batch_idx: int) -> None:
-        step = self.global_step
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip each member's gradient to norm ``optim.clip_norm`` (torch's clip_grad_norm_
+        rule, coefficient min(1, max_norm / (norm + 1e-6)), member by member)."""
+        if self.optim.clip_norm is None:
+            return
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        coef = (self.optim.clip_norm / (member_norms(grads) + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.dtype).view(-1, *([1] * (g.ndim - 1))))
+
+    def on_train_start(self) -> None:
+        """Step 0 (initialisation); after a resume, the end of the checkpoint's step, which
+        a checkpoint taken by a callback at that step has not seen yet (callbacks run before
+        the module's ``on_train_batch_end``)."""
+        self._end_step()
+
+    def on_train_batch_end(self, outputs: object, batch: SequenceBatch, batch_idx: int) -> None:
+        self._end_step()
+
+    def _end_step(self) -> None:
+        step = int(self.global_step)
+        if step == self._ended_step:
+            return
         if step % self.eval_every == 0 or step == self.steps:
             self._record_eval()
         self._snapshot()
+        self._ended_step = step
 
+    # ------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, object]) -> None:
+        """Save the evaluation history, the gradient-norm accumulator, the snapshots and
+        the global random state, so a resumed run ends exactly as an uninterrupted one.
+        Arrays are stored as tensors (checkpoints load with ``weights_only``)."""
+        checkpoint["ensemble_history"] = {
+            "history": {
+                name: [torch.from_numpy(np.ascontiguousarray(v)) for v in values]
+                for name, values in self.history.items()
+            },
+            "eval_steps": list(self.eval_steps),
+            "grad_norm_sum": self._grad_norm_sum,
+            "grad_norm_count": self._grad_norm_count,
+            "snapshots": self.snapshots,
+            "ended_step": self._ended_step,
+            "cpu_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, object]) -> None:
+        saved = checkpoint["ensemble_history"]
+        assert isinstance(saved, dict), "checkpoint without the ensemble's history"
+        self.history = {
+            name: [v.numpy() for v in values] for name, values in saved["history"].items()
+        }
+        self.eval_steps = list(saved["eval_steps"])
+        self._grad_norm_sum = saved["grad_norm_sum"]
+        self._grad_norm_count = saved["grad_norm_count"]
+        self.snapshots = saved["snapshots"]
+        self._ended_step = saved["ended_step"]
+        torch.set_rng_state(saved["cpu_rng"])
+        if saved["cuda_rng"]:
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+
+    # ------------------------------------------------------------------ evaluation
     def _snapshot(self) -> None:
         """Keep a CPU copy of every parameter at the requested steps (0 = initialisation)."""
         step = int(self.global_step)
@@ -94,34 +185,46 @@ class EnsembleLM(L.LightningModule):
                 name: p.detach().to("cpu", copy=True) for name, p in self.model.named_parameters()
             }
 
+    def _append(self, name: str, value: np.ndarray) -> None:
+        self.history.setdefault(name, []).append(np.asarray(value))
+
     def _record_eval(self) -> None:
         self.eval_steps.append(int(self.global_step))
-        self.eval_losses.append(self.evaluate(self.test_tokens).loss)
-
-    @torch.no_grad()
-    def evaluate(self, tokens: torch.Tensor) -> TestEvaluation:
-        """Loss and conditional mean predictions of every member on (E, T, N+1) ``tokens``."""
-        vocab = self.model.cfg.vocab_size
-        e = tokens.shape[0]
-        loss_sum = torch.zeros(e, dtype=torch.float64, device=self.device)
-        pred_sum = torch.zeros(e, vocab, vocab, dtype=torch.float64, device=self.device)
-        counts = torch.zeros(e, vocab, dtype=torch.float64, device=self.device)
-        for chunk in tokens.split(self.eval_batch, dim=1):
-            chunk = chunk.to(self.device)
-            inputs, targets = chunk[..., :-1], chunk[..., 1:]
-            logits = self.model(inputs).double()
-            loss_sum += per_member_cross_entropy(logits, targets) * inputs[0].numel()
-            onehot = torch.nn.functional.one_hot(inputs, vocab).double()
-            pred_sum += torch.einsum("ebni,ebnj->eij", onehot, logits.softmax(-1))
-            counts += onehot.sum((1, 2))
-        n_tokens = tokens[0, :, :-1].numel()
-        means = pred_sum / counts.clamp(min=1).unsqueeze(-1)
-        return TestEvaluation(
-            loss=(loss_sum / n_tokens).cpu().numpy(), transition_means=means.cpu().numpy()
+        self._append(
+            "test_loss", self.objective.test_loss(self.model, self.test_batch, self.eval_batch)
         )
+        self._append("grad_norm", self._minibatch_grad_norm())
+        if self.gradient_set is not None:
+            estimate, floor = population_grad_norm(
+                self.model, self.objective, self.gradient_set, self.gradient_chunks
+            )
+            self._append("population_grad_norm", estimate)
+            self._append("population_grad_floor", floor)
+        for name, probe in self.probes.items():
+            with torch.no_grad():
+                self._append(name, probe(self.model))
 
+    def _minibatch_grad_norm(self) -> np.ndarray:
+        """Mean minibatch gradient norm since the last evaluation.
+
+        Before the first step there is no training batch yet: the norm is then taken on the
+        first ``eval_batch`` test sequences (a batch of the same distribution).
+        """
+        if self._grad_norm_sum is None:
+            first = SequenceBatch(
+                *(t if t is None else t[:, : self.eval_batch] for t in self.test_batch)
+            )
+            return member_norms(member_gradients(self.model, self.objective, first)).cpu().numpy()
+        mean = (self._grad_norm_sum / self._grad_norm_count).cpu().numpy()
+        self._grad_norm_sum, self._grad_norm_count = None, 0
+        return mean
+
+    # ------------------------------------------------------------------ optimiser
     def configure_optimizers(self):
-        decay, no_decay = self.model.decay_parameters()
+        if hasattr(self.model, "decay_parameters"):
+            decay, no_decay = self.model.decay_parameters()
+        else:
+            decay, no_decay = list(self.model.parameters()), []
         opt = torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": self.optim.weight_decay},
@@ -132,14 +235,65 @@ class EnsembleLM(L.LightningModule):
         )
         if self.optim.schedule == "constant":
             return opt
-        sched = torch.optim.lr_scheduler.OneCycleLR(
-            opt,
-            max_lr=self.optim.lr,
-            total_steps=self.steps,
-            pct_start=self.optim.pct_start,
-            anneal_strategy="cos",
-            div_factor=self.optim.div_factor,
-            final_div_factor=self.optim.final_div_factor,
-            cycle_momentum=False,
-        )
+        if self.optim.schedule == "onecycle_cosine":
+            sched: torch.optim.lr_scheduler.LRScheduler = torch.optim.lr_scheduler.OneCycleLR(
+                opt,
+                max_lr=self.optim.lr,
+                total_steps=self.steps,
+                pct_start=self.optim.pct_start,
+                anneal_strategy="cos",
+                div_factor=self.optim.div_factor,
+                final_div_factor=self.optim.final_div_factor,
+                cycle_momentum=False,
+            )
+        else:
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, self._warmup_cosine)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _warmup_cosine(self, step: int) -> float:
+        """Linear warm-up over pct_start of the steps, then cosine decay to 0."""
+        warmup = max(1, round(self.optim.pct_start * self.steps))
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, self.steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def member_gradients(
+    model: nn.Module, objective: Objective, batch: SequenceBatch
+) -> list[torch.Tensor]:
+    """Gradients of the summed member losses on ``batch``: slice i is member i's own
+    gradient. Parameters the loss does not reach get zeros; ``.grad`` is left untouched."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
+    moved = SequenceBatch(*(t if t is None else t.to(device) for t in batch))
+    with torch.enable_grad():
+        loss = objective.loss(model, moved).sum()
+        return list(torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True))
+
+
+def population_grad_norm(
+    model: nn.Module, objective: Objective, batch: SequenceBatch, chunks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(E,) unbiased estimate of ||E g|| and its noise floor over ``chunks`` chunks of ``batch``.
+
+    With g_m the mean gradient of chunk m (M chunks), ||E g||^2 is estimated without bias
+    by (||sum_m g_m||^2 - sum_m ||g_m||^2) / (M (M - 1)); the estimate is its square root
+    clipped at 0, the floor ||std_m(g_m)|| / sqrt(M) (spec C §3.5). Gradients are
+    accumulated in float64.
+    """
+    if chunks < 2:
+        raise ValueError(f"the population-gradient estimator needs >= 2 chunks, got {chunks}")
+    total: list[torch.Tensor] | None = None
+    sum_sq = torch.zeros((), dtype=torch.float64)
+    parts = [t.chunk(chunks, dim=1) for t in batch if t is not None]
+    for part in zip(*parts, strict=True):
+        grads = [g.double() for g in member_gradients(model, objective, SequenceBatch(*part))]
+        sum_sq = sum_sq + member_norms(grads).pow(2).cpu()
+        total = grads if total is None else [a + b for a, b in zip(total, grads, strict=True)]
+    assert total is not None, "empty gradient set"
+    m = float(chunks)
+    sum_norm_sq = member_norms(total).pow(2).cpu()
+    estimate = ((sum_norm_sq - sum_sq) / (m * (m - 1))).clamp(min=0.0).sqrt()
+    floor = ((sum_sq - sum_norm_sq / m) / (m - 1)).clamp(min=0.0).sqrt() / math.sqrt(m)
+    return estimate.numpy(), floor.numpy()

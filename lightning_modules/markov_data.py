@@ -1,32 +1,54 @@
-"""DataModule over the Markov samplers: fresh training batches every step, fixed test set.
+"""DataModule over the samplers: fresh training batches every step, fixed test and gradient sets.
 
-Member i of an ensemble draws its training stream from its own seeded generator, so the
-data it sees does not depend on the other members. Test sequences are drawn from a fixed
-test seed and the member's chain only, so members that share a chain share a test set and
-their losses (and the on-batch oracles) are computed on identical sequences.
+Every ensemble member has a *source* (a fixed chain, or an in-context prior that draws a
+new kernel per sequence) and a seed. Member i draws its training stream from its own
+seeded generator, so the data it sees do not depend on the other members, nor on how the
+ensemble is chunked. The stream's position (generator states) is saved in Lightning
+checkpoints, so a resumed run draws the same batches as an uninterrupted one. Test and
+gradient sets are drawn from a fixed seed and the member's source only, so members that
+share a source share them (common random numbers: their losses and on-batch oracles are
+computed on identical sequences); a resumed run redraws them and checks their digest.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_modules.ensemble_gpt import member_seed
+from lightning_modules.seeding import member_generator
 from replicate.markov import sample_chain, validate_kernel
 
 
+class SequenceBatch(NamedTuple):
+    """Tokens (E, B, L) and, where the source knows it, the next token's law (E, B, S)."""
+
+    tokens: torch.Tensor
+    next_law: torch.Tensor | None = None
+
+
+class Source(Protocol):
+    """Draws sequences (the contract in replicate/markov/incontext.py)."""
+
+    def sample(
+        self, batch: int, length: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+    def key(self) -> bytes: ...
+
+
 @dataclass(frozen=True)
-class ChainMember:
-    """One ensemble member's data source: kernel, law of x_1, and seed."""
+class FixedChain:
+    """A first-order chain with a fixed kernel and law of x_1 (papers A and B)."""
 
     kernel: np.ndarray
     initial: np.ndarray
-    seed: int
 
     def __post_init__(self) -> None:
         validate_kernel(self.kernel)
@@ -35,63 +57,192 @@ class ChainMember:
                 f"initial law has shape {self.initial.shape}, kernel {self.kernel.shape}"
             )
 
+    def sample(
+        self, batch: int, length: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, None]:
+        kernel, initial = torch.from_numpy(self.kernel), torch.from_numpy(self.initial)
+        return sample_chain(kernel, initial, batch, length, generator), None
+
+    def key(self) -> bytes:
+        return self.kernel.tobytes() + self.initial.tobytes()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One ensemble member's data: its source and its seed."""
+
+    source: Source
+    seed: int
+
+
+class ChainMember(Member):
+    """A member on a fixed first-order chain: ``ChainMember(kernel, initial, seed)``."""
+
+    def __init__(self, kernel: np.ndarray, initial: np.ndarray, seed: int) -> None:
+        super().__init__(FixedChain(kernel, initial), seed)
+
+    @property
+    def kernel(self) -> np.ndarray:
+        return self.source.kernel  # type: ignore[attr-defined]
+
+    @property
+    def initial(self) -> np.ndarray:
+        return self.source.initial  # type: ignore[attr-defined]
+
 
 def sample_members(
-    members: Sequence[ChainMember], batch: int, length: int, generators: Sequence[torch.Generator]
-) -> torch.Tensor:
-    """One (E, batch, length) token tensor, member i drawn with ``generators[i]``."""
-    return torch.stack(
-        [
-            sample_chain(torch.from_numpy(m.kernel), torch.from_numpy(m.initial), batch, length, g)
-            for m, g in zip(members, generators, strict=True)
-        ]
-    )
+    members: Sequence[Member], batch: int, length: int, generators: Sequence[torch.Generator]
+) -> SequenceBatch:
+    """One batch of (E, batch, length) tokens, member i drawn with ``generators[i]``."""
+    draws = [m.source.sample(batch, length, g) for m, g in zip(members, generators, strict=True)]
+    tokens = torch.stack([tokens for tokens, _ in draws])
+    laws = [law for _, law in draws]
+    if any(law is None for law in laws):
+        return SequenceBatch(tokens)
+    return SequenceBatch(tokens, torch.stack(laws))  # type: ignore[arg-type]
+
+
+def shared_set(members: Sequence[Member], sequences: int, length: int, seed: int, stream: str):
+    """A fixed (E, sequences, length) set drawn from ``seed``'s ``stream`` per distinct source.
+
+    Members with equal ``source.key()`` get the identical set (drawn once).
+    """
+    cache: dict[bytes, SequenceBatch] = {}
+    rows = []
+    for m in members:
+        key = m.source.key()
+        if key not in cache:
+            cache[key] = sample_members([m], sequences, length, [member_generator(seed, stream)])
+        rows.append(cache[key])
+    tokens = torch.cat([r.tokens for r in rows])
+    if any(r.next_law is None for r in rows):
+        return SequenceBatch(tokens)
+    return SequenceBatch(tokens, torch.cat([r.next_law for r in rows]))  # type: ignore[misc]
 
 
 class _TrainStream(IterableDataset):
-    def __init__(self, members: Sequence[ChainMember], batch: int, length: int, steps: int) -> None:
-        self.members, self.batch, self.length, self.steps = members, batch, length, steps
+    """Member i's training batches from its own generator, from batch ``start`` on.
 
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        gens = [torch.Generator().manual_seed(member_seed(m.seed, "train")) for m in self.members]
-        for _ in range(self.steps):
-            yield sample_members(self.members, self.batch, self.length, gens)
-
-
-class MarkovEnsembleData(L.LightningDataModule):
-    """Training stream of (E, B, N+1) tokens and a fixed (E, T, N+1) test set."""
+    ``states`` (one per member) are the generator states before batch ``start``, saved by a
+    checkpoint; without them the generators start from the members' seeds. The states
+    before the last two batches drawn are kept: Lightning prefetches one batch, so when a
+    checkpoint is taken the batch trained next may already have been drawn.
+    """
 
     def __init__(
         self,
-        members: Sequence[ChainMember],
+        members: Sequence[Member],
+        batch: int,
+        length: int,
+        steps: int,
+        start: int = 0,
+        states: Sequence[torch.Tensor] | None = None,
+    ) -> None:
+        self.members, self.batch, self.length, self.steps = members, batch, length, steps
+        self.start, self.states = start, states
+        self._generators: list[torch.Generator] = []
+        self._before: dict[int, list[torch.Tensor]] = {}
+        self._drawn = start
+
+    def _fresh_generators(self) -> list[torch.Generator]:
+        gens = [member_generator(m.seed, "train") for m in self.members]
+        if self.states is not None:
+            for gen, state in zip(gens, self.states, strict=True):
+                gen.set_state(state)
+        return gens
+
+    def state_before(self, index: int) -> list[torch.Tensor]:
+        """The generator states from which batch ``index`` is (or was) drawn."""
+        if index == self._drawn:
+            return [g.get_state() for g in self._generators or self._fresh_generators()]
+        if index not in self._before:
+            raise ValueError(f"generator states before batch {index} are no longer kept")
+        return self._before[index]
+
+    def __iter__(self) -> Iterator[SequenceBatch]:
+        self._generators = self._fresh_generators()
+        self._before, self._drawn = {}, self.start
+        for index in range(self.start, self.steps):
+            self._before = {i: s for i, s in self._before.items() if i == index - 1}
+            self._before[index] = [g.get_state() for g in self._generators]
+            batch = sample_members(self.members, self.batch, self.length, self._generators)
+            self._drawn = index + 1
+            yield batch
+
+
+class MarkovEnsembleData(L.LightningDataModule):
+    """Training stream of (E, B, L) batches, a fixed test set and an optional gradient set.
+
+    ``length`` is the number of tokens drawn per sequence (the model's input length plus
+    the objective's extra tokens, see `Objective.extra_tokens`).
+    """
+
+    def __init__(
+        self,
+        members: Sequence[Member],
         batch_size: int,
-        seq_len: int,
+        length: int,
         steps: int,
         test_sequences: int,
         test_seed: int,
+        gradset_sequences: int = 0,
     ) -> None:
         super().__init__()
         self.members = list(members)
-        self.batch_size, self.seq_len, self.steps = batch_size, seq_len, steps
+        self.batch_size, self.length, self.steps = batch_size, length, steps
         self.test_sequences, self.test_seed = test_sequences, test_seed
-        self._test: torch.Tensor | None = None
+        self.gradset_sequences = gradset_sequences
+        self._test: SequenceBatch | None = None
+        self._gradset: SequenceBatch | None = None
+        self._stream: _TrainStream | None = None
+        self._resume: tuple[int, list[torch.Tensor] | None] = (0, None)
 
     def train_dataloader(self) -> DataLoader:
-        stream = _TrainStream(self.members, self.batch_size, self.seq_len + 1, self.steps)
-        return DataLoader(stream, batch_size=None)
+        self._stream = _TrainStream(
+            self.members, self.batch_size, self.length, self.steps, *self._resume
+        )
+        return DataLoader(self._stream, batch_size=None)
 
-    def test_tokens(self) -> torch.Tensor:
-        """The fixed test set, identical for members that share a chain."""
+    def state_dict(self) -> dict[str, object]:
+        """The training stream at the trainer's current step (saved in Lightning checkpoints).
+
+        Batch ``b`` is trained at step ``b + 1``, so at ``global_step`` the batch trained
+        next is ``global_step``: its generator states are saved, whatever was prefetched.
+        The test-set digest guards against resuming with other test data.
+        """
+        step = self.trainer.global_step if self.trainer is not None else self._resume[0]
+        stream = self._stream or _TrainStream(
+            self.members, self.batch_size, self.length, self.steps, *self._resume
+        )
+        return {
+            "next_batch": step,
+            "train_states": stream.state_before(step),
+            "test_digest": self._test_digest(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
+        """Resume the training stream where a checkpoint left it."""
+        if state_dict["test_digest"] != self._test_digest():
+            raise ValueError("the checkpoint was taken with another test set")
+        states = state_dict["train_states"]
+        assert isinstance(states, list), "train_states: one generator state per member"
+        self._resume = (int(state_dict["next_batch"]), states)  # type: ignore[call-overload]
+
+    def _test_digest(self) -> str:
+        return hashlib.sha256(self.test_batch().tokens.numpy().tobytes()).hexdigest()
+
+    def test_batch(self) -> SequenceBatch:
+        """The fixed test set, identical for members that share a source."""
         if self._test is None:
-            cache: dict[bytes, torch.Tensor] = {}
-            rows = []
-            for m in self.members:
-                key = m.kernel.tobytes() + m.initial.tobytes()
-                if key not in cache:
-                    gen = torch.Generator().manual_seed(member_seed(self.test_seed, "test"))
-                    cache[key] = sample_members([m], self.test_sequences, self.seq_len + 1, [gen])[
-                        0
-                    ]
-                rows.append(cache[key])
-            self._test = torch.stack(rows)
+            self._test = shared_set(
+                self.members, self.test_sequences, self.length, self.test_seed, "test"
+            )
         return self._test
+
+    def gradient_set(self) -> SequenceBatch | None:
+        """The fixed set for population-gradient estimates (spec C §4.0), or None."""
+        if self.gradset_sequences and self._gradset is None:
+            self._gradset = shared_set(
+                self.members, self.gradset_sequences, self.length, self.test_seed, "gradset"
+            )
+        return self._gradset

@@ -93,20 +93,59 @@ class ClaimTolerance(Strict):
         return self
 
 
+Verdict = Literal["holds", "does-not-reproduce", "inconclusive"]
+"""``inconclusive``: the seed-bootstrap interval of the measured value straddles the
+tolerance (`replicate.claims`); never counted as holds or as does-not-reproduce."""
+
+Provenance = Literal["paper", "derived", "proposal", "settings"]
+"""Whose statement a claim checks: the paper's own result; our derivation from it; our
+proposal (a check the paper does not make); or a consistency check of our settings or
+instantiated model against the paper's tables (``settings``)."""
+
+
 class Expectation(Strict):
-    verdict: Literal["holds", "does-not-reproduce"]
+    verdict: Verdict
     basis: str
     reason: str | None = None
+    measured: float | None = None
+    """The measured value the expectation was set from (None: recorded in ``basis`` only)."""
+    commit: str | None = None
+    """Short commit hash (plus " + working tree" if uncommitted) at which it was measured."""
 
     @model_validator(mode="after")
     def _failure_needs_reason(self) -> Expectation:
-        if self.verdict == "does-not-reproduce" and not self.reason:
-            raise ValueError("an expected verdict 'does-not-reproduce' needs a reason")
+        if self.verdict != "holds" and not self.reason:
+            raise ValueError(f"an expected verdict {self.verdict!r} needs a reason")
         return self
 
 
 class MetricRef(Strict):
     metric: str
+
+
+class SeedAggregate(Strict):
+    """Where a multi-seed claim's per-seed values are, and how they make the measured value.
+
+    ``pattern`` is a metrics.json key with ``{seed}`` where the seed number goes (keys read
+    ``.../seed<s>/...``) and ``*`` for one path segment that varies across groups (cells,
+    chains, tyings). Per group, the per-seed values are reduced with ``over_seeds``; the
+    group values with ``over_groups``. ``indicator``: a per-seed value counts as 1 when it
+    equals this number (e.g. a run class), else 0, so ``mean`` gives a fraction of seeds.
+    The claim's metric must equal this aggregate over all seeds (checked at evaluation).
+    """
+
+    pattern: str
+    over_seeds: Literal["mean", "abs_mean", "median", "max", "min", "sum"]
+    over_groups: Literal["max", "min", "mean", "sum"] | None = None
+    indicator: float | None = None
+
+    @model_validator(mode="after")
+    def _placeholders(self) -> SeedAggregate:
+        if self.pattern.count("{seed}") != 1:
+            raise ValueError("per_seed.pattern needs exactly one '{seed}'")
+        if ("*" in self.pattern) != (self.over_groups is not None):
+            raise ValueError("per_seed.over_groups is needed exactly when the pattern has '*'")
+        return self
 
 
 class Claim(Strict):
@@ -115,19 +154,78 @@ class Claim(Strict):
     figure: str
     statement: str
     source: str
-    provenance: Literal["paper", "derived", "proposal"]
+    provenance: Provenance
     metric: str
     comparison: Literal["le", "ge", "close"]
     reference: float | MetricRef
     reference_source: str
     tolerance: ClaimTolerance
     expected: dict[Scale, Expectation]
+    per_seed: SeedAggregate | None = None
+    """Per-seed values of a multi-seed claim: per-seed verdicts and a seed-bootstrap interval."""
+    note: str | None = None
+    """What a reader must know to trust the verdict (a mislabel in the paper, a variant)."""
 
     @model_validator(mode="after")
     def _both_scales(self) -> Claim:
         missing = [s for s in SCALES if s not in self.expected]
         if missing:
             raise ValueError(f"expected verdict missing for scale(s) {missing}")
+        return self
+
+
+# ----------------------------------------------------------------------------- scheduling
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class ResourceRequest(Strict):
+    """What one experiment's job asks of a scheduler (Snakemake resources of its rule, issue
+    12). Unset fields come from ``cluster.resources`` of the same scale."""
+
+    mem_mb: PositiveInt | None = None
+    runtime: PositiveInt | None = None
+    """Wall-clock minutes (SLURM ``--time``)."""
+    gpu: NonNegativeInt | None = None
+
+
+class Resources(Strict):
+    """A complete request: every field set."""
+
+    mem_mb: PositiveInt
+    runtime: PositiveInt
+    gpu: NonNegativeInt
+
+    def merged(self, override: ResourceRequest | None) -> Resources:
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
+def _default_resources() -> dict[Scale, Resources]:
+    return {
+        "ci": Resources(mem_mb=4000, runtime=60, gpu=0),
+        "paper": Resources(mem_mb=16000, runtime=1440, gpu=1),
+    }
+
+
+class Cluster(Strict):
+    """Scheduling and restart settings (issue 12), per scale.
+
+    ``resources``: the request of every experiment's job unless its entry overrides it;
+    ``checkpoint_every``: steps between Lightning checkpoints of each training (0: none).
+    """
+
+    resources: dict[Scale, Resources] = Field(default_factory=_default_resources)
+    checkpoint_every: dict[Scale, NonNegativeInt] = Field(
+        default_factory=lambda: {"ci": 0, "paper": 500}
+    )
+
+    @model_validator(mode="after")
+    def _both_scales(self) -> Cluster:
+        for name in ("resources", "checkpoint_every"):
+            missing = [s for s in SCALES if s not in getattr(self, name)]
+            if missing:
+                raise ValueError(f"{name}: missing scale(s) {missing}")
         return self
 
 
@@ -140,6 +238,8 @@ class ExperimentEntry(Strict):
     outputs: list[str]
     settings: dict[Scale, dict[str, Any]]
     upstream: str | None = None  # item of the same paper whose outputs this one reads
+    resources: dict[Scale, ResourceRequest] = Field(default_factory=dict)
+    """Per-scale overrides of ``cluster.resources`` (e.g. no GPU for a closed-form table)."""
 
     @model_validator(mode="after")
     def _outputs_and_scales(self) -> ExperimentEntry:
@@ -175,6 +275,7 @@ class ParamsFile(Strict):
     experiments: dict[str, ExperimentEntry]
     derived_experiments: dict[str, ExperimentEntry] = Field(default_factory=dict)
     claims: list[Claim]
+    cluster: Cluster = Field(default_factory=Cluster)
 
     @model_validator(mode="after")
     def _upstream_edges(self) -> ParamsFile:
@@ -235,6 +336,16 @@ class Params:
         """The typed settings of experiment ``name`` at the active scale."""
         self.experiment(name)
         return self._settings[name]
+
+    def resources(self, name: str) -> Resources:
+        """What experiment ``name``'s job asks of a scheduler at the active scale."""
+        scale = self.raw.scale
+        return self.raw.cluster.resources[scale].merged(self.experiment(name).resources.get(scale))
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Steps between training checkpoints at the active scale (0: none)."""
+        return self.raw.cluster.checkpoint_every[self.raw.scale]
 
     def settings_json(self, name: str) -> str:
         """Canonical JSON of one experiment's active settings (Snakemake re-run trigger)."""

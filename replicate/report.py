@@ -16,6 +16,14 @@ PAPER_TITLES = {
 }
 CLASS_NAMES = {-1: "UNIGRAM", 0: "INTERMEDIATE", 1: "BIGRAM"}
 SYMBOLS = {"le": "≤", "ge": "≥", "close": "within ±"}
+VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
+PROVENANCE = {
+    "paper": "the papers' results",
+    "derived": "our derivations from them",
+    "proposal": "our proposed checks",
+    "settings": "settings consistency (Tables 1–2 style)",
+}
+SHORT = {"holds": "✓", "does-not-reproduce": "✗", "inconclusive": "?", "missing": "–"}
 
 
 def _fmt(value: float | None) -> str:
@@ -43,17 +51,62 @@ def _status(r: ClaimRecord) -> str:
     return "✅ as expected" if r.matches_expectation else "❌ UNEXPECTED"
 
 
+def _expected(r: ClaimRecord) -> str:
+    """The expected verdict and what it was set from (measured value, commit)."""
+    detail = ", ".join(
+        x
+        for x in (
+            f"measured {_fmt(r.expected_measured)}" if r.expected_measured is not None else "",
+            f"at `{r.expected_commit}`" if r.expected_commit else "",
+        )
+        if x
+    )
+    return f"{r.expected} ({detail})" if detail else r.expected
+
+
+def _seeds(r: ClaimRecord) -> str:
+    """Per-seed verdicts and values, and the seed-bootstrap interval, or — for one-off claims."""
+    if r.interval is None:
+        return "—"
+    per_seed = " ".join(
+        f"s{s}{SHORT[r.seed_verdicts[s]]}{_fmt(v)}" for s, v in r.seed_values.items()
+    )
+    return f"{per_seed}; 95% [{_fmt(r.interval[0])}, {_fmt(r.interval[1])}]"
+
+
 def _claims_table(records: list[ClaimRecord]) -> list[str]:
     lines = [
-        "| claim | figure | statement | measured | condition | verdict | expected | check |",
-        "|---|---|---|---|---|---|---|---|",
+        "| claim | provenance | figure | statement | measured | condition | per seed; "
+        "bootstrap interval | verdict | expected | other scale expects | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         lines.append(
-            f"| `{r.id}` | {_cell(r.figure)} | {_cell(r.statement)} | {_fmt(r.measured)} "
-            f"| {_condition(r)} "
-            f"| **{r.verdict}** | {r.expected} | {_status(r)} |"
+            f"| `{r.id}` | {r.provenance} | {_cell(r.figure)} | {_cell(r.statement)} "
+            f"| {_fmt(r.measured)} | {_condition(r)} | {_seeds(r)} "
+            f"| **{r.verdict}** | {_cell(_expected(r))} | {r.other_scale}: {r.other_expected} "
+            f"| {_status(r)} |"
         )
+    return lines
+
+
+def _claim_notes(records: list[ClaimRecord]) -> list[str]:
+    """Below a table: notes, and every non-`holds` expectation's reason, at both scales."""
+    lines = []
+    for r in records:
+        if r.note:
+            lines.append(f"\n- `{r.id}`: {r.note}")
+        if r.expected != "holds" and r.expected_reason:
+            lines.append(
+                f"\n- `{r.id}` is expected {r.expected} at {r.scale} scale: {r.expected_reason}"
+            )
+        if r.other_expected != "holds" and r.other_expected_reason:
+            lines.append(
+                f"\n- `{r.id}` is expected {r.other_expected} at {r.other_scale} scale: "
+                f"{r.other_expected_reason}"
+            )
+        elif r.other_expected != r.expected:
+            lines.append(f"\n- `{r.id}` is expected {r.other_expected} at {r.other_scale} scale.")
     return lines
 
 
@@ -80,33 +133,74 @@ def _seed_table(metrics: dict) -> list[str]:
     ]
 
 
+def _compact(block: dict) -> str:
+    """``key=value`` pairs of a flat settings block (nested blocks are left out)."""
+    return ", ".join(f"{k}={v}" for k, v in block.items() if not isinstance(v, (dict, list)))
+
+
 def _settings_line(provenance: dict) -> str:
+    """The settings that produced a section's verdicts, for any model family: the model
+    block (GPT variant and activation, or a paper's own model options), the training
+    length, seeds, initial law and device."""
     settings = provenance.get("settings", {})
-    model = settings.get("model", {})
+    model = settings.get("model") or settings.get("architecture") or {}
     training = settings.get("training", {})
-    architecture = model or settings.get("architecture", {})
-    variants = settings.get("variants") or ([model["variant"]] if model else [])
+    variants = settings.get("variants") or ([model["variant"]] if "variant" in model else [])
     parts = [
         "model variant " + " and ".join(f"`{v}`" for v in variants) if variants else "",
-        f"activation `{architecture['activation']}`" if "activation" in architecture else "",
+        f"model `{_compact(model)}`" if model else "",
         f"initial law `{settings.get('initial_law')}`" if "initial_law" in settings else "",
-        f"N={training.get('seq_len')}, {training.get('steps')} iterations" if training else "",
+        f"input length {training.get('seq_len')}, {training.get('steps')} iterations"
+        if training
+        else "",
         f"seeds {settings.get('seeds')}" if "seeds" in settings else "",
         f"device `{provenance.get('device')}`",
     ]
     return "Settings behind these verdicts: " + ", ".join(p for p in parts if p) + "."
 
 
+def _tally(records: list[ClaimRecord]) -> str:
+    counts = [sum(r.verdict == v for r in records) for v in VERDICTS]
+    bad = sum(not r.matches_expectation for r in records)
+    return f"{len(records)} | " + " | ".join(map(str, counts)) + f" | {bad or '—'}"
+
+
+def _headline(records: list[ClaimRecord]) -> list[str]:
+    """Counts per kind of claim (paper results apart from ours), then per paper and kind."""
+    lines = [
+        "| claims | count | hold | do not reproduce | inconclusive | missing | unexpected |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind, label in PROVENANCE.items():
+        recs = [r for r in records if r.provenance == kind]
+        if recs:
+            lines.append(f"| {label} (`{kind}`) | {_tally(recs)} |")
+    lines += [
+        "",
+        "| paper | provenance | count | hold | do not reproduce | inconclusive | missing "
+        "| unexpected |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for paper, title in PAPER_TITLES.items():
+        for kind in PROVENANCE:
+            recs = [r for r in records if r.paper == paper and r.provenance == kind]
+            if recs:
+                lines.append(f"| {title} | {kind} | {_tally(recs)} |")
+    return lines
+
+
 def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
     n_bad = sum(not r.matches_expectation for r in records)
-    counts = {
-        v: sum(r.verdict == v for r in records) for v in ("holds", "does-not-reproduce", "missing")
-    }
+    paper_recs = [r for r in records if r.provenance == "paper"]
+    counts = {v: sum(r.verdict == v for r in paper_recs) for v in VERDICTS}
     lines = [
         "# Replication report",
         "",
-        f"Scale: **{params.scale}**. {len(records)} claims: {counts['holds']} hold, "
-        f"{counts['does-not-reproduce']} do not reproduce, {counts['missing']} missing. "
+        f"Scale: **{params.scale}**. Of the papers' own results, {len(paper_recs)} claims: "
+        f"{counts['holds']} hold, {counts['does-not-reproduce']} do not reproduce, "
+        f"{counts['inconclusive']} are inconclusive, {counts['missing']} missing. "
+        f"{len(records) - len(paper_recs)} further claims are our derivations, proposals and "
+        "settings checks (counted apart below). "
         + (
             "**All verdicts match their expectations.**"
             if n_bad == 0
@@ -115,23 +209,15 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         "",
         "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) "
         "with a reference and a tolerance from `params.yaml`. *Expected* is the verdict we "
-        "measured when the claim was recorded; a mismatch fails the check. Machine-readable: "
-        "`results/claims.json`.",
+        "measured when the claim was recorded (with that measured value and the commit); a "
+        "mismatch fails the check. A claim measured over several seeds shows each seed's "
+        "verdict (✓ holds, ✗ does not) and a 95 % seed-bootstrap interval of the measured "
+        "value; when the interval straddles the tolerance the verdict is *inconclusive*, "
+        "which is never counted as holding or failing (the fix is more seeds or longer "
+        "training, not a moved tolerance). Machine-readable: `results/claims.json`.",
         "",
-        "| paper | claims | hold | do not reproduce | missing | unexpected |",
-        "|---|---|---|---|---|---|",
+        *_headline(records),
     ]
-    for paper, title in PAPER_TITLES.items():
-        recs = [r for r in records if r.paper == paper]
-        if recs:
-            tally = [
-                sum(r.verdict == v for r in recs)
-                for v in ("holds", "does-not-reproduce", "missing")
-            ]
-            bad = sum(not r.matches_expectation for r in recs)
-            lines.append(
-                f"| {title} | {len(recs)} | {tally[0]} | {tally[1]} | {tally[2]} | {bad or '—'} |"
-            )
     for paper, title in PAPER_TITLES.items():
         experiments = {n: e for n, e in params.experiments.items() if e.paper == paper}
         if not experiments:
@@ -155,11 +241,7 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
             if prov_file.exists():
                 lines += [_settings_line(json.loads(prov_file.read_text())), ""]
             lines += _claims_table(recs)
-            for r in recs:
-                if r.note:
-                    lines.append(f"\n- `{r.id}`: {r.note}")
-                if r.expected == "does-not-reproduce" and r.expected_reason:
-                    lines.append(f"\n- `{r.id}` is expected not to reproduce: {r.expected_reason}")
+            lines += _claim_notes(recs)
             metrics_file = directory / "metrics.json"
             if metrics_file.exists():
                 lines += _seed_table(json.loads(metrics_file.read_text()))

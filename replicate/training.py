@@ -1,30 +1,51 @@
-"""Train one ensemble of models with one Lightning Trainer and return what it learned."""
+"""Train one ensemble of models with one Lightning Trainer and return what it learned.
+
+Every training in the harness goes through `train_ensemble`: any ensemble model
+(`lightning_modules`), any members (a source and a seed each), any objective.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import shutil
+import sys
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, is_dataclass
+from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from torch import nn
 
 from lightning_modules import (
-    ChainMember,
     EnsembleGPT,
-    EnsembleLM,
+    EnsembleModule,
     GPTConfig,
     MarkovEnsembleData,
+    Member,
+    NextTokenCE,
+    Objective,
     OptimConfig,
+    SequenceBatch,
+    TestEvaluation,
+    evaluate_next_token,
 )
+from lightning_modules.ensemble_module import Probe
 
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """Length and data shape of one training run (shared by every member)."""
+    """Length and data shape of one training run (shared by every member).
+
+    ``seq_len`` is the model's input length; ``gradset_sequences`` > 0 adds a fixed
+    gradient set for population-gradient norms (spec C §4.0), split into
+    ``gradset_chunks`` chunks.
+    """
 
     steps: int
     batch_size: int
@@ -33,24 +54,129 @@ class TrainingPlan:
     test_sequences: int
     test_seed: int
     snapshot_steps: tuple[int, ...] = ()
+    gradset_sequences: int = 0
+    gradset_chunks: int = 8
 
 
 @dataclass
 class TrainedEnsemble:
-    """A trained ensemble: the module (with its test-loss history) and its fixed test set."""
+    """A trained ensemble: the module (with its evaluation history) and its fixed test set."""
 
-    module: EnsembleLM
-    members: list[ChainMember]
-    test_tokens: torch.Tensor
+    module: EnsembleModule
+    members: list[Member]
+    test_batch: SequenceBatch
+    eval_batch: int
+
+    @property
+    def model(self) -> nn.Module:
+        return self.module.model
+
+    @property
+    def test_tokens(self) -> torch.Tensor:
+        return self.test_batch.tokens
 
     @property
     def eval_steps(self) -> np.ndarray:
         return np.asarray(self.module.eval_steps)
 
+    def history(self, name: str) -> np.ndarray:
+        """(E, n_evals, ...) values of ``name`` at the evaluation steps."""
+        return np.stack(self.module.history[name], axis=1)
+
     @property
     def test_loss(self) -> np.ndarray:
         """(E, n_evals) test-loss history."""
-        return np.stack(self.module.eval_losses, axis=1)
+        return self.history("test_loss")
+
+    @property
+    def grad_norm(self) -> np.ndarray:
+        """(E, n_evals) minibatch gradient norm averaged since the previous evaluation."""
+        return self.history("grad_norm")
+
+    @property
+    def population_grad_norm(self) -> np.ndarray:
+        """(E, n_evals) population gradient norm (needs ``plan.gradset_sequences``)."""
+        return self.history("population_grad_norm")
+
+    @property
+    def population_grad_floor(self) -> np.ndarray:
+        """(E, n_evals) noise floor of `population_grad_norm`."""
+        return self.history("population_grad_floor")
+
+    @property
+    def probes(self) -> dict[str, np.ndarray]:
+        """Every probe's (E, n_evals, ...) history."""
+        return {name: self.history(name) for name in self.module.probes}
+
+    def evaluate(self) -> TestEvaluation:
+        """Next-token loss and transition means of the current weights on the test set."""
+        return evaluate_next_token(self.model, self.test_tokens, self.eval_batch)
+
+
+@dataclass
+class _CheckpointScope:
+    """Where the `train_ensemble` calls inside `checkpointing` keep their checkpoints."""
+
+    directory: Path
+    every: int
+    calls: int = field(default=0)
+
+    def folder(self, digest: str) -> Path:
+        """The next call's folder, numbered in call order and named after what it trains;
+        a folder of the same number left by other settings or code is stale and removed."""
+        number = f"{self.calls:03d}"
+        self.calls += 1
+        folder = self.directory / f"{number}-{digest[:16]}"
+        if self.directory.is_dir():
+            for old in self.directory.glob(f"{number}-*"):
+                if old != folder:
+                    shutil.rmtree(old)
+        return folder
+
+
+_SCOPE: _CheckpointScope | None = None
+CHECKPOINT_PATTERN = "step*.ckpt"
+
+
+@contextmanager
+def checkpointing(directory: Path, every: int) -> Iterator[None]:
+    """Inside this block every `train_ensemble` call saves a Lightning checkpoint each
+    ``every`` steps (0: none) and at its end under ``directory``, and resumes from the
+    latest one it finds there (issue 12). The caller removes ``directory`` once its outputs
+    are complete."""
+    global _SCOPE
+    previous, _SCOPE = _SCOPE, _CheckpointScope(Path(directory), every)
+    try:
+        yield
+    finally:
+        _SCOPE = previous
+
+
+def _training_digest(
+    model: nn.Module,
+    members: Sequence[Member],
+    plan: TrainingPlan,
+    optim: OptimConfig,
+    label: str,
+    objective: Objective,
+    test_batch: SequenceBatch,
+) -> str:
+    """Identity of one training: initial weights, data, plan, optimiser and objective."""
+    # A dataclass objective's repr names its fields; another's repr would hold its address.
+    objective_id = repr(objective) if is_dataclass(objective) else type(objective).__qualname__
+    digest = hashlib.sha256(repr((label, plan, optim, objective_id)).encode())
+    for member in members:
+        digest.update(f"{member.seed}".encode() + member.source.key())
+    for name, tensor in model.state_dict().items():
+        raw = tensor.detach().cpu().contiguous().flatten().view(torch.uint8)  # any dtype
+        digest.update(name.encode() + raw.numpy().tobytes())
+    digest.update(test_batch.tokens.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _latest_checkpoint(folder: Path) -> Path | None:
+    found = sorted(folder.glob(CHECKPOINT_PATTERN)) if folder.is_dir() else []
+    return found[-1] if found else None
 
 
 def configure_torch(threads: int) -> None:
@@ -59,53 +185,135 @@ def configure_torch(threads: int) -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")  # lightning 2.6 vs torch 2.13 pytree notice
+    # One process per job: with SLURM installed Lightning suggests srun, which is not needed.
+    warnings.filterwarnings("ignore", ".*`srun` command is available.*")
+    # Resuming: the checkpoint folder is expected to hold the checkpoint resumed from.
+    warnings.filterwarnings("ignore", ".*Checkpoint directory .* exists and is not empty.*")
+
+
+def gpt_ensemble(
+    cfg: GPTConfig, seeds: Sequence[int], initialize: Callable[[EnsembleGPT], None] | None = None
+) -> EnsembleGPT:
+    """An `EnsembleGPT` with member i initialised from ``seeds[i]``, then ``initialize``
+    (under no_grad) for experiments that start from a special point (paper B)."""
+    model = EnsembleGPT(cfg, len(seeds))
+    model.init_members(list(seeds))
+    if initialize is not None:
+        with torch.no_grad():
+            initialize(model)
+    return model
 
 
 def train_ensemble(
-    cfg: GPTConfig,
-    members: Sequence[ChainMember],
+    model: nn.Module,
+    members: Sequence[Member],
     plan: TrainingPlan,
     optim: OptimConfig,
     label: str,
+    objective: Objective | None = None,
+    probes: Mapping[str, Probe] | None = None,
     progress: bool = True,
-    initialize: Callable[[EnsembleGPT], None] | None = None,
 ) -> TrainedEnsemble:
-    """Train ``len(members)`` models as one batched computation (one Trainer, one progress bar).
+    """Train ``model`` (E = len(members) members) as one batched computation.
 
-    ``initialize`` runs (under no_grad) after the default per-seed initialisation, for
-    experiments that start from a special point (e.g. paper B's rank-one initialisation);
-    ``plan.snapshot_steps`` keeps parameter copies in ``module.snapshots``.
+    Member i trains on data drawn from ``members[i].source`` with ``members[i].seed``;
+    one Trainer, one progress bar. ``plan.snapshot_steps`` keeps parameter copies in
+    ``module.snapshots``. Inside `checkpointing`, training is saved every so many steps and
+    resumed from the latest checkpoint of the same training (same weights, data, plan).
     """
+    objective = objective if objective is not None else NextTokenCE()
     data = MarkovEnsembleData(
-        members, plan.batch_size, plan.seq_len, plan.steps, plan.test_sequences, plan.test_seed
+        members,
+        plan.batch_size,
+        plan.seq_len + objective.extra_tokens(),
+        plan.steps,
+        plan.test_sequences,
+        plan.test_seed,
+        plan.gradset_sequences,
     )
-    module = EnsembleLM(
-        cfg,
-        [m.seed for m in members],
+    module = EnsembleModule(
+        model,
         optim,
         plan.steps,
-        data.test_tokens(),
+        data.test_batch(),
         plan.eval_every,
         eval_batch=plan.batch_size,
+        objective=objective,
         snapshot_steps=plan.snapshot_steps,
-        initialize=initialize,
+        probes=probes,
+        gradient_set=data.gradient_set(),
+        gradient_chunks=plan.gradset_chunks,
     )
-    bar = _LabelledProgressBar(label, refresh_rate=max(1, plan.steps // 50))
+    callbacks: list[L.Callback] = []
+    if progress:
+        callbacks.append(_LabelledProgressBar(label, refresh_rate=max(1, plan.steps // 50)))
+    folder = None
+    if _SCOPE is not None and _SCOPE.every > 0:
+        folder = _SCOPE.folder(
+            _training_digest(model, members, plan, optim, label, objective, data.test_batch())
+        )
+        callbacks.append(
+            _IntermediateCheckpoints(
+                dirpath=folder,
+                filename="step{step:09d}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=_SCOPE.every,
+                save_top_k=1,
+                enable_version_counter=False,
+            )
+        )
     trainer = L.Trainer(
         accelerator="auto",
         devices=1,
         max_steps=plan.steps,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=folder is not None,
         enable_model_summary=False,
         enable_progress_bar=progress,
-        callbacks=[bar] if progress else [],
+        callbacks=callbacks,
         limit_val_batches=0,
         num_sanity_val_steps=0,
     )
-    trainer.fit(module, datamodule=data)
+    resume = _latest_checkpoint(folder) if folder is not None else None
+    if resume is not None:
+        print(f"{label}: resuming from checkpoint {resume}", file=sys.stderr, flush=True)
+    trainer.fit(module, datamodule=data, ckpt_path=resume, weights_only=True)
+    if folder is not None:
+        _keep_final_checkpoint(trainer, folder, plan.steps)
     module.to("cpu")
-    return TrainedEnsemble(module=module, members=list(members), test_tokens=data.test_tokens())
+    return TrainedEnsemble(
+        module=module,
+        members=list(members),
+        test_batch=data.test_batch(),
+        eval_batch=plan.batch_size,
+    )
+
+
+def _keep_final_checkpoint(trainer: L.Trainer, folder: Path, steps: int) -> None:
+    """Save the finished training and drop the earlier checkpoints: a rerun of an
+    interrupted experiment then restores this training instead of repeating it."""
+    final = folder / f"step{steps:09d}.ckpt"
+    trainer.save_checkpoint(final)
+    for path in folder.glob(CHECKPOINT_PATTERN):
+        if path != final:
+            path.unlink()
+
+
+class _IntermediateCheckpoints(ModelCheckpoint):
+    """Lightning's step checkpoints, except at the last step: callbacks run before the
+    module records that step's evaluation, so the finished training is saved after `fit`
+    instead (`_keep_final_checkpoint`)."""
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
+    ) -> None:
+        if trainer.global_step < trainer.max_steps:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
 class _LabelledProgressBar(TQDMProgressBar):

@@ -15,8 +15,9 @@ PARAMS_FILE = REPO / "params.yaml"
 
 # Small enough for seconds on one CPU core, large enough to exercise every code path.
 TINY_TRAINING = {"steps": 30, "batch_size": 4, "seq_len": 32, "eval_every": 10, "test_sequences": 4}
-# Paper B's gradient-flow counts (set to 4) and its nested flow / canonical-SGD blocks.
-TINY_LOCAL_GLOBAL_COUNTS = (
+# Counts set to 4 and nested blocks merged with tiny values wherever an experiment's ci
+# settings have them (paper B's gradient-flow counts and flow / canonical-SGD blocks, ...).
+TINY_COUNTS = (
     "inits_per_sigma",
     "grid_points",
     "common_inits",
@@ -26,7 +27,52 @@ TINY_LOCAL_GLOBAL_COUNTS = (
     "plotted_per_axis",
     "plotted_trajectories",
 )
-TINY_LOCAL_GLOBAL_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
+TINY_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
+# Paper D (two_layer): its sampling, counting and GD sizes, in its experiments and in its
+# derived experiments (which train too: Table 2's one-layer models, the noisy models).
+TINY_TWO_LAYER = {
+    "lengths": [8, 16],
+    "sequences": 4,
+    "eval_sequences": 16,
+    "steps_p": 3,
+    "steps_a": 3,
+    "frequency_sequences": 50,
+    "frequency_length": 50,
+    "brute_force_sequences": 2,
+    "brute_force_length": 12,
+    "floor_sequences": 32,
+    "floor_lengths": [16],
+    "ln_vectors": 16,
+    "map_sequences": 4,
+    "evaluation_set": {"sequences": 16, "map_sequences": 4},
+    "ungated": {"lengths": [16, 32], "sequences": 2},
+}
+
+
+def _shrink_two_layer(ci: dict) -> None:
+    if "training" in ci:
+        ci["training"].update(TINY_TRAINING)
+    if "seeds" in ci:
+        ci["seeds"] = ci["seeds"][:2]
+    for key, tiny in TINY_TWO_LAYER.items():
+        if key in ci:
+            ci[key] = {**ci[key], **tiny} if isinstance(tiny, dict) else tiny
+
+
+# Paper C (subngrams): test, gradient and probe set sizes, and the Thm. 4.2 grid.
+TINY_SUBNGRAMS = {
+    "test_sequences": 64,
+    "sequences": 64,
+    "probe_sequences": 8,
+    "seq_lens": [16, 32],
+    "chunks": 16,
+}
+
+
+def _shrink_subngrams(ci: dict) -> None:
+    ci.update({key: tiny for key, tiny in TINY_SUBNGRAMS.items() if key in ci})
+    if "training" in ci and ci["training"].get("gradset_sequences"):
+        ci["training"]["gradset_sequences"] = 16
 
 
 @pytest.fixture
@@ -37,7 +83,8 @@ def params_dict() -> dict:
 def shrink(data: dict) -> dict:
     """A copy of params with every ci training block reduced to TINY_TRAINING."""
     data = copy.deepcopy(data)
-    for entry in data["experiments"].values():
+    entries = [*data["experiments"].values(), *data.get("derived_experiments", {}).values()]
+    for entry in entries:
         ci = entry["settings"]["ci"]
         if "training" in ci:
             ci["training"].update(TINY_TRAINING)
@@ -45,11 +92,15 @@ def shrink(data: dict) -> dict:
             ci["seeds"] = ci["seeds"][:2]
         if "probability_positions" in ci:
             ci["probability_positions"] = 5
-        if entry["paper"] == "local_global":
-            ci.update({key: 4 for key in TINY_LOCAL_GLOBAL_COUNTS if key in ci})
-            for key, tiny in TINY_LOCAL_GLOBAL_BLOCKS.items():
-                if key in ci:
-                    ci[key].update(tiny)
+        ci.update({key: 4 for key in TINY_COUNTS if key in ci})
+        for key, tiny in TINY_BLOCKS.items():
+            if key in ci:
+                ci[key].update(tiny)
+    for entry in [*data["experiments"].values(), *data.get("derived_experiments", {}).values()]:
+        if entry["paper"] == "two_layer":
+            _shrink_two_layer(entry["settings"]["ci"])
+        if entry["paper"] == "subngrams":
+            _shrink_subngrams(entry["settings"]["ci"])
     return data
 
 

@@ -181,6 +181,41 @@ def test_table2_against_fig3_settings(scale: str, disagreeing: set[str]) -> None
     assert set(frame.loc[frame.agrees == "no", "item"]) == disagreeing
 
 
+def test_table2_rows_measure_the_instantiated_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropout and mask window are read off the model the runs build; each check can fail."""
+    from replicate.experiments import hyperparameter_tables as hp
+
+    fig3 = load_params(PARAMS_FILE, scale="ci").settings("attn_markov_fig3")
+    assert hp.dropout_free(fig3)[1] is True and hp.mask_window(fig3)[1] is True
+    frame = tables.table2_frame(fig3, "ci")
+    unchecked = set(frame.loc[frame.agrees == hp.NOT_CHECKED, "item"])
+    assert unchecked == {"Dataset", "Accumulation steps"}
+
+    real = hp.instantiated
+
+    class Noisy(torch.nn.Module):  # a model with dropout-like noise in training mode
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = real(fig3)
+
+        def forward(self, tokens: torch.Tensor, traces: list | None = None) -> torch.Tensor:
+            out = self.inner(tokens, traces)
+            return out + torch.rand_like(out) if self.training else out
+
+    monkeypatch.setattr(hp, "instantiated", lambda s: Noisy())
+    assert hp.dropout_free(fig3)[1] is False
+
+    class Uncausal(Noisy):  # attends to the future
+        def forward(self, tokens: torch.Tensor, traces: list | None = None) -> torch.Tensor:
+            out = self.inner(tokens, traces)
+            if traces is not None:
+                traces[0]["attention"] = torch.full_like(traces[0]["attention"], 0.1)
+            return out
+
+    monkeypatch.setattr(hp, "instantiated", lambda s: Uncausal())
+    assert hp.mask_window(fig3)[1] is False
+
+
 def test_frame_to_markdown_escapes_pipes() -> None:
     import pandas as pd
 
@@ -297,6 +332,7 @@ def test_appendix_d_and_table2_through_the_runner(planted_fig3: Path) -> None:
         "mismatches/architecture": 1.0,
         "iterations": 500.0,
         "seq_len": 256.0,
+        "lines_checked": 14.0,  # 16 lines; accumulation and dataset: nothing to compare
     }
 
 

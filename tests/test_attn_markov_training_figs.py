@@ -49,6 +49,8 @@ def binary_run(
         prob_one=np.full(4, f0),
         norm_a=0.0,
         bias=0.0,
+        mean_norm_z=0.0,
+        mean_abs_a_dot_z=0.0,
     )
 
 
@@ -76,44 +78,45 @@ def test_stay_probability_is_the_mean_diagonal() -> None:
     assert analysis.stay_probability(np.full((5, 5), 0.2)) == pytest.approx(0.2)
 
 
-def test_plateau_length_counts_the_longest_stretch_before_the_cutoff() -> None:
-    steps = np.arange(8) * 10
-    loss = np.array([0.69, 0.667, 0.666, 0.665, 0.69, 0.666, 0.666, 0.62])
-    # two stretches in the band: steps 10-30 (20 iterations) and 50-60 (10)
-    assert analysis.plateau_length(steps, loss, 0.666, 0.005, np.inf) == 20.0
-    assert analysis.plateau_length(steps, loss, 0.666, 0.005, before=30) == 10.0
-    assert np.isnan(analysis.plateau_length(steps, loss, 0.666, 0.005, before=10))
-    assert np.isnan(analysis.plateau_length(steps, loss, 0.5, 0.005, np.inf))
-
-
 # ----------------------------------------------------------------------------- Fig. 1
-PLATEAU = fig1.PlateauSettings(band=0.01, min_fraction=0.2)
+PLATEAU = fig1.PlateauSettings(window=3, kappa=0.5, rho=0.05)
+ON_PLATEAU = [0.75] * 3 + [0.70] * 25 + list(np.linspace(0.68, 0.60, 5)) + [0.60] * 27
+STRAIGHT = list(np.linspace(0.75, 0.60, 60))  # passes through H(pi) = 0.7 without stopping
+STUCK = [0.75] * 3 + [0.70] * 57
 
 
-def test_fig1_plateau_then_drop_needs_a_long_plateau_and_the_bigram() -> None:
-    on_plateau = [0.75, 0.70, 0.70, 0.70, 0.70, 0.64, 0.60]  # 30 of 60 iterations at H(pi)
-    straight = [0.75, 0.70, 0.66, 0.62, 0.60, 0.60, 0.60]  # passes through the band once
-    stuck = [0.75, 0.70, 0.70, 0.70, 0.70, 0.70, 0.70]
+def test_fig1_plateau_is_a_flat_stretch_at_the_unigram_followed_by_the_bigram() -> None:
+    """Spec C §4.0's slope-based detector (shared): a descent through H(pi), however close,
+    is no plateau; a stuck run has a plateau but no drop."""
     values = [
-        fig1.run_metrics(binary_run(0.5, 0.8, True, 0, 0.5, cls, curve), PLATEAU, 60)
+        fig1.run_metrics(binary_run(0.5, 0.8, True, 0, 0.5, cls, curve), PLATEAU)
         for curve, cls in (
-            (on_plateau, RunClass.BIGRAM),
-            (straight, RunClass.BIGRAM),
-            (stuck, RunClass.UNIGRAM),
+            (ON_PLATEAU, RunClass.BIGRAM),
+            (STRAIGHT, RunClass.BIGRAM),
+            (STUCK, RunClass.UNIGRAM),
         )
     ]
     assert [v["plateau_then_drop"] for v in values] == [1.0, 0.0, 0.0]
-    assert [v["half_gap_step"] for v in values[:2]] == [50.0, 30.0]
+    assert 200.0 <= values[0]["plateau_iters"] <= 260.0  # the 25 evaluations at 0.70
+    assert values[0]["plateau_level_minus_unigram"] == pytest.approx(0.0)
+    assert np.isnan(values[1]["plateau_iters"])  # no flat stretch in the unigram band
     assert np.isnan(values[2]["half_gap_step"])
-    assert values[0]["plateau_iters"] == 30.0
+
+
+def test_fig1_reads_fig3_runs_only_when_the_settings_coincide() -> None:
+    params = load_params(PARAMS_FILE, scale="ci")
+    s, fig3 = params.settings("attn_markov_fig1"), params.settings("attn_markov_fig3")
+    fig1._check_reusable(s, fig3)  # the ci settings are those of Fig. 3
+    longer = fig3.training.model_copy(update={"steps": fig3.training.steps + 1})
+    with pytest.raises(ValueError, match="training"):
+        fig1._check_reusable(s, fig3.model_copy(update={"training": longer}))
 
 
 def test_fig1_metrics_group_by_variant_and_depth() -> None:
     settings = load_params(PARAMS_FILE, scale="ci").settings("attn_markov_fig1")
-    training = settings.training.model_copy(update={"steps": 60})
+    training = settings.training.model_copy(update={"steps": 600})
     s = settings.model_copy(update={"plateau": PLATEAU, "seeds": [0, 1], "training": training})
-    stuck = [0.75] + [0.70] * 6
-    drop = [0.75, 0.70, 0.70, 0.70, 0.70, 0.64, 0.60]
+    stuck, drop = STUCK, ON_PLATEAU
     runs = {}
     for variant in s.variants:
         for depth in s.depths:
@@ -126,12 +129,16 @@ def test_fig1_metrics_group_by_variant_and_depth() -> None:
     assert m["theory/deep/frac_bigram"] == 1.0
     assert m["gpt2/deep/frac_plateau_then_drop"] == 1.0
     assert m["theory/l2/seed1/class"] == float(RunClass.BIGRAM)
+    assert m["theory/deep/l2/seed1/plateau_then_drop"] == 1.0  # the per-seed pool of the claims
+    other = fig1.other_tying_metrics(s, {(v, 2): runs[v, 2] for v in s.variants})
+    assert other["theory/untied_deep/frac_bigram"] == 1.0
+    assert other["gpt2/untied_deep/l2/seed0/class"] == float(RunClass.BIGRAM)
     assert m["theory/l1/median_delta_unigram"] == pytest.approx(0.0)
     assert m["p0.5_q0.8/entropy_rate"] == pytest.approx(0.619015, abs=1e-6)
 
 
 def test_fig1_settings_need_depth_one_and_a_deeper_one(params_dict: dict) -> None:
-    ci = params_dict["experiments"]["attn_markov_fig1"]["settings"]["ci"]
+    ci = params_dict["derived_experiments"]["attn_markov_fig1"]["settings"]["ci"]
     with pytest.raises(ValueError, match="depths"):
         fig1.Fig1Settings.model_validate({**ci, "depths": [2, 4]})
 
@@ -181,6 +188,14 @@ def test_fig4_group_metrics_behind_claims_a41_to_a44() -> None:
     per_run = fig4.per_run_metrics(table)
     assert "p0.3_q0.7/tied/seed0/class" not in per_run  # controls never reach the class table
     assert per_run["p0.7_q0.7/tied/seed0/class"] == float(RunClass.UNIGRAM)
+    # the per-seed pools behind the claims' bootstrap reproduce the group metrics
+    params = load_params(PARAMS_FILE, scale="ci")
+    for claim in (c for c in params.claims if c.experiment == "attn_markov_fig4"):
+        if claim.per_seed is not None and claim.metric in m:
+            values, _ = claims.seed_matrix(per_run, claim.per_seed)
+            assert float(claims.aggregate(values, claim.per_seed)) == pytest.approx(
+                m[claim.metric]
+            ), claim.id
 
 
 def test_switching_boundary_is_a_staircase() -> None:
@@ -229,7 +244,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(shrink(yaml.safe_load(PARAMS_FILE.read_text()))))
     params = load_params(path, scale="ci")
-    return root, {name: run_experiment(name, params, root, progress=False) for name in MINE}
+    names = ("attn_markov_fig3", *MINE)  # Fig. 1 reads Fig. 3's theory depth-1 runs
+    return root, {name: run_experiment(name, params, root, progress=False) for name in names}
 
 
 def test_tiny_runs_write_their_tables(tiny) -> None:
@@ -244,6 +260,14 @@ def test_tiny_runs_write_their_tables(tiny) -> None:
     assert stay.p_stay.between(0, 1).all() and set(stay.p) == {0.6, 0.9}
     assert metrics["attn_markov_fig5"]["unigram_entropy"] == pytest.approx(np.log(5))
     assert json.loads((base / "fig1/provenance.json").read_text())["scale"] == "ci"
+    fig1_runs = metrics["attn_markov_fig1"]
+    fig3_runs = metrics["attn_markov_fig3"]
+    for seed in (0, 1):  # read from Fig. 3, not trained again
+        assert (
+            fig1_runs[f"theory/l1/seed{seed}/kappa"]
+            == fig3_runs[f"p0.5_q0.8/tied/seed{seed}/kappa"]
+        )
+    assert "theory/untied_deep/frac_bigram" in fig1_runs
 
 
 def test_every_claim_of_these_figures_names_a_produced_metric(tiny) -> None:

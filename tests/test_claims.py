@@ -23,6 +23,13 @@ def _write_outputs(root: Path, metrics: dict, scale: str = "ci") -> None:
     (out / "provenance.json").write_text(json.dumps({"scale": scale, "settings": {}}))
 
 
+def _stuck(frac: float) -> dict:
+    """CLAIM_ID's metric and its per-seed run classes (-1 UNIGRAM, 1 BIGRAM), 3 seeds."""
+    stuck = round(3 * frac)
+    classes = {f"p0.5_q0.8/tied/seed{s}/class": -1.0 if s < stuck else 1.0 for s in range(3)}
+    return {"p0.5_q0.8/tied/frac_unigram": stuck / 3, **classes}
+
+
 def _record(root: Path) -> claims.ClaimRecord:
     params = load_params(PARAMS_FILE, scale="ci")
     return next(r for r in claims.evaluate(params, root) if r.id == CLAIM_ID)
@@ -46,14 +53,14 @@ def test_compare(
 
 
 def test_expected_pass(tmp_path: Path) -> None:
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    _write_outputs(tmp_path, _stuck(1.0))
     r = _record(tmp_path)
     assert (r.verdict, r.expected, r.matches_expectation) == ("holds", "holds", True)
     assert r.measured == 1.0 and r.reference == 0.6 and r.scale == "ci"
 
 
 def test_unexpected_failure(tmp_path: Path) -> None:
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 0.2})
+    _write_outputs(tmp_path, _stuck(0.0))
     r = _record(tmp_path)
     assert r.verdict == "does-not-reproduce" and not r.matches_expectation
 
@@ -67,7 +74,7 @@ def test_unexpected_pass(tmp_path: Path, params_dict: dict) -> None:
     claim["expected"]["ci"] = {"verdict": "does-not-reproduce", "basis": "test", "reason": "test"}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data))
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    _write_outputs(tmp_path, _stuck(1.0))
     params = load_params(path, scale="ci")
     r = next(r for r in claims.evaluate(params, tmp_path) if r.id == CLAIM_ID)
     assert r.verdict == "holds" and not r.matches_expectation
@@ -85,14 +92,14 @@ def test_missing_metric_and_nan(tmp_path: Path) -> None:
 def test_missing_outputs_and_stale_scale(tmp_path: Path) -> None:
     r = _record(tmp_path)
     assert r.verdict == "missing" and "not found" in r.note
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0}, scale="paper")
+    _write_outputs(tmp_path, _stuck(1.0), scale="paper")
     r = _record(tmp_path)
     assert r.verdict == "missing" and "scale 'paper'" in r.note
 
 
 def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -> None:
     params = load_params(PARAMS_FILE, scale="ci")
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    _write_outputs(tmp_path, _stuck(1.0))
     records = claims.evaluate(params, tmp_path)
     claims.write_claims(records, params, tmp_path)
     saved = json.loads((tmp_path / "results/claims.json").read_text())
@@ -120,7 +127,7 @@ def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -
 def test_check_does_not_trust_a_stored_claims_file(tmp_path: Path, monkeypatch) -> None:
     """A claims.json saying 'all as expected' cannot pass when the metrics are gone."""
     params = load_params(PARAMS_FILE, scale="ci")
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    _write_outputs(tmp_path, _stuck(1.0))
     records = claims.evaluate(params, tmp_path)
     for r in records:  # forge a file that claims everything matched
         r.verdict, r.matches_expectation = r.expected, True
@@ -138,9 +145,125 @@ def test_check_passes_when_every_verdict_matches(
     data["claims"] = [c for c in data["claims"] if c["id"] == CLAIM_ID]
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data))
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 1.0})
+    _write_outputs(tmp_path, _stuck(1.0))
     monkeypatch.chdir(tmp_path)
     assert main(["--params", str(path), "--scale", "ci", "claims"]) == 0
     assert main(["--params", str(path), "--scale", "ci", "check"]) == 0
-    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": 0.0})  # metrics changed since
+    _write_outputs(tmp_path, _stuck(0.0))  # metrics changed since
     assert main(["--params", str(path), "--scale", "ci", "check"]) == 1
+
+
+# ----------------------------------------------------------------------------- per-seed claims
+def _seed_params(tmp_path: Path, params_dict: dict, claim_update: dict) -> object:
+    """params with CLAIM_ID only, updated by ``claim_update`` (per_seed, expected, ...)."""
+    import yaml
+
+    data = params_dict
+    claim = next(c for c in data["claims"] if c["id"] == CLAIM_ID)
+    claim.update(claim_update)
+    data["claims"] = [claim]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_params(path, scale="ci")
+
+
+MAX_DELTA = {  # a "le" claim over seeds: max over seeds of delta_bigram <= 0 + 0.005
+    "metric": "p0.5_q0.8/untied/max_delta_bigram",
+    "comparison": "le",
+    "reference": 0.0,
+    "tolerance": {"paper": 0.01, "ci": 0.005},
+    "per_seed": {"pattern": "p0.5_q0.8/untied/seed{seed}/delta_bigram", "over_seeds": "max"},
+}
+
+
+def _deltas(values: list[float]) -> dict:
+    return {
+        "p0.5_q0.8/untied/max_delta_bigram": max(values),
+        **{f"p0.5_q0.8/untied/seed{s}/delta_bigram": v for s, v in enumerate(values)},
+    }
+
+
+def test_seeds_that_disagree_make_an_inconclusive_verdict(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """The point value fails, one seed passes: the interval straddles the bound."""
+    params = _seed_params(tmp_path, params_dict, MAX_DELTA)
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.point_verdict == "does-not-reproduce"
+    assert r.verdict == "inconclusive" and not r.matches_expectation
+    assert r.seed_verdicts == {"0": "holds", "1": "holds", "2": "does-not-reproduce"}
+    assert r.interval is not None and r.interval[0] <= 0.005 < r.interval[1] == 0.0052
+
+
+def test_seeds_that_agree_keep_the_verdict(tmp_path: Path, params_dict: dict) -> None:
+    params = _seed_params(tmp_path, params_dict, MAX_DELTA)
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.003]))
+    assert claims.evaluate(params, tmp_path)[0].verdict == "holds"
+    _write_outputs(tmp_path, _deltas([0.01, 0.02, 0.03]))
+    assert claims.evaluate(params, tmp_path)[0].verdict == "does-not-reproduce"
+
+
+def test_inconclusive_can_be_expected_and_needs_a_reason(tmp_path: Path, params_dict: dict) -> None:
+    from replicate.config import ConfigError
+
+    expected = {
+        "paper": {"verdict": "holds", "basis": "b"},
+        "ci": {"verdict": "inconclusive", "basis": "b"},
+    }
+    with pytest.raises(ConfigError, match="needs a reason"):
+        _seed_params(tmp_path, params_dict, {**MAX_DELTA, "expected": expected})
+    expected["ci"] |= {"reason": "seeds straddle", "measured": 0.0052}
+    params = _seed_params(tmp_path, params_dict, {**MAX_DELTA, "expected": expected})
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.matches_expectation and r.expected_measured == 0.0052
+    assert (r.other_scale, r.other_expected) == ("paper", "holds")
+
+
+def test_a_pattern_that_does_not_describe_the_metric_is_missing(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    params = _seed_params(tmp_path, params_dict, MAX_DELTA)
+    metrics = _deltas([0.001, 0.002, 0.003]) | {"p0.5_q0.8/untied/max_delta_bigram": 0.004}
+    _write_outputs(tmp_path, metrics)
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "missing" and "does not describe its metric" in r.note
+    _write_outputs(tmp_path, {"p0.5_q0.8/untied/max_delta_bigram": 0.004})
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "missing" and "no metric matches" in r.note
+
+
+def test_grouped_pattern_indicator_and_bootstrap_determinism() -> None:
+    from replicate.config import SeedAggregate
+
+    spec = SeedAggregate(
+        pattern="a/*/seed{seed}/class", over_seeds="mean", over_groups="mean", indicator=1.0
+    )
+    metrics = {f"a/{g}/seed{s}/class": float(s != 2 or g == "x") for g in "xy" for s in range(3)}
+    metrics["a/x/seed0/other"] = 5.0  # not matched
+    values, seeds = claims.seed_matrix(metrics, spec)
+    assert seeds == [0, 1, 2] and values.shape == (2, 3)
+    assert float(claims.aggregate(values, spec)) == pytest.approx(5 / 6)
+    first = claims.seed_bootstrap(values, spec)
+    assert first == claims.seed_bootstrap(values, spec)  # fixed generator
+    assert first[0] < 5 / 6 <= first[1] == 1.0
+
+
+def test_interval_verdict_for_close() -> None:
+    assert claims.interval_verdict(True, (0.0, 0.004), 0.0, "close", 0.005) == "holds"
+    assert (
+        claims.interval_verdict(False, (0.006, 0.01), 0.0, "close", 0.005) == "does-not-reproduce"
+    )
+    assert claims.interval_verdict(False, (-0.01, 0.01), 0.0, "close", 0.005) == "inconclusive"
+
+
+def test_report_separates_provenance_and_shows_seeds(tmp_path: Path, params_dict: dict) -> None:
+    from replicate.report import render_report
+
+    params = _seed_params(tmp_path, params_dict, MAX_DELTA)
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
+    report = render_report(claims.evaluate(params, tmp_path), params, tmp_path)
+    assert "| the papers' results (`paper`) | 1 | 0 | 0 | 1 | 0 | 1 |" in report
+    assert "s2✗0.0052" in report and "95% [" in report
+    assert "| paper |" in report and "paper: holds" in report  # provenance, other scale

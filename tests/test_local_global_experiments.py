@@ -24,7 +24,7 @@ from replicate.experiments.local_global import canonical_sgd, fig2, fig4, fig5, 
 from replicate.experiments.local_global import transformer as tf
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.theory import local_global as lg
-from replicate.training import TrainingPlan, train_ensemble
+from replicate.training import TrainingPlan, gpt_ensemble, train_ensemble
 
 from .conftest import PARAMS_FILE, shrink
 
@@ -80,7 +80,7 @@ def test_rate_metrics_on_known_rates() -> None:
         panels=[BELOW, ABOVE],
         chains=[ABOVE, BELOW],
         box=0.3,
-        rate_points=[(0.3, 0.2), (0.0, 0.1)],
+        rate_points=[(0.3, 0.2), (0.0, 0.1), (-1.0, 0.2)],
         random_rate_points=0,
         e0=1e-4,
         rate_time=1.0,
@@ -96,10 +96,21 @@ def test_rate_metrics_on_known_rates() -> None:
         row = rates[(rates.chain == tag) & (rates.w0 == w0)].iloc[0]
         assert row.predicted_rate == pytest.approx(rate, abs=1e-6)
         assert row.measured_rate == pytest.approx(rate, rel=1e-4)
+    # the plane e = 0 is classified by Lemma 8's Hessian, not by the flow: near the origin it
+    # is made of maxima for p + q < 1 (the caption's "minima ... repellors") and minima for
+    # p + q > 1; beyond w = -1/sqrt 2 the roles swap
+    kinds = rates.set_index(["chain", "w0"]).critical
+    assert kinds[("p0.2_q0.3", 0.0)] == "maximum" and kinds[("p0.2_q0.3", -1.0)] == "minimum"
+    assert kinds[("p0.5_q0.8", 0.3)] == "minimum" and kinds[("p0.5_q0.8", -1.0)] == "maximum"
     metrics = fig5.rate_metrics(rates)
     assert metrics["rate_max_rel_error"] < 1e-4
-    assert metrics["rate_sign_agreement"] == 1.0
+    assert metrics["maxima_repel_fraction"] == metrics["minima_attract_fraction"] == 1.0
+    assert metrics["minima_checks"] == metrics["maxima_checks"] == 3
+    assert metrics["caption_repellers_frac_minima"] == 0.0  # the caption's label
     assert metrics["paper_m5_rate_min_rel_error"] == pytest.approx(0.5, abs=1e-4)  # App. M.5
+    flipped = rates.assign(measured_rate=-rates.measured_rate)  # a flow that went the wrong way
+    wrong = fig5.rate_metrics(flipped)
+    assert wrong["maxima_repel_fraction"] == wrong["minima_attract_fraction"] == 0.0
 
 
 # ----------------------------------------------------------------------------- transformer
@@ -210,15 +221,8 @@ def test_evaluate_snapshot_uses_then_restores_parameters() -> None:
         test_seed=1,
         snapshot_steps=(3,),
     )
-    trained = train_ensemble(
-        GPTConfig(n_embd=8, block_size=16),
-        members,
-        plan,
-        OptimConfig(),
-        "t",
-        progress=False,
-        initialize=tf.initializer(["standard"], [0]),
-    )
+    model = gpt_ensemble(GPTConfig(n_embd=8, block_size=16), [0], tf.initializer(["standard"], [0]))
+    trained = train_ensemble(model, members, plan, OptimConfig(), "t", progress=False)
     before = trained.module.model.transformer["wpe"].weight.detach().clone()
     at_three = fig4.evaluate_snapshot(trained, 3)
     assert at_three is not None and at_three.loss[0] == pytest.approx(trained.test_loss[0, 1])
@@ -302,17 +306,26 @@ def test_every_paper_b_rule_runs_at_tiny_size(tiny_paper_b: tuple[Path, dict]) -
         assert provenance["scale"] == "ci"
     fig1_metrics = metrics["local_global_fig1"]
     assert fig1_metrics["max_energy_drift"] < 1e-6 and fig1_metrics["bias_max_error"] < 1e-6
-    assert metrics["local_global_fig5"]["rate_sign_agreement"] == 1.0
+    assert metrics["local_global_fig5"]["maxima_repel_fraction"] == 1.0
     assert metrics["local_global_table2"]["iterations"] == 30  # read from fig4's provenance
 
 
 def test_tiny_training_rules_report_their_measures(tiny_paper_b: tuple[Path, dict]) -> None:
     root, metrics = tiny_paper_b
     fig6_metrics = metrics["local_global_fig6"]
-    assert fig6_metrics["all_steps/min_rho1_W1"] == pytest.approx(1.0)  # rank one after 30 steps
     structure = pd.read_csv(root / "results/local_global/fig6/structure.csv")
     assert set(structure.step) == {0, 1, 30}  # init, the shown iteration 1, the last
-    assert structure.loc[structure.step == 0, "rho1_WV"].isna().all()  # W_V = 0 at init
+    start = structure[structure.step == 0]
+    # the paper's init: W_V = alpha v^T is a random rank-one matrix, not zero
+    assert np.allclose(start.rho1_WV, 1.0)
+    assert np.allclose(start.rho1_W1, 1.0) and np.allclose(start.hypercube, 1.0)
+    for name in ("rho1_WV", "cos_e_WV", "hypercube"):  # the claims' numbers are the CSV's
+        assert fig6_metrics[f"all_steps/min_{name}"] == pytest.approx(structure[name].min())
+        per_seed = [fig6_metrics[f"p0.2_q0.3/seed{s}/all_steps/min_{name}"] for s in (0, 1)]
+        assert min(per_seed) == fig6_metrics[f"all_steps/min_{name}"]
+    variant = pd.read_csv(root / "results/local_global/fig6/structure_wv_zero.csv")
+    assert variant.loc[variant.step == 0, "rho1_WV"].isna().all()  # the authors' W_V = 0
+    assert "wv_zero/all_steps/min_rho1_WV" in fig6_metrics
     fig4_metrics = metrics["local_global_fig4"]
     assert math.isnan(fig4_metrics["p0.5_q0.8/standard/max_abs_delta_unigram_at_250"])
     assert "sgd/class_agreement" in fig4_metrics

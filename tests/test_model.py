@@ -30,10 +30,12 @@ def test_gpt2_variant_matches_table1() -> None:
     tied = EnsembleGPT(GPTConfig(variant="gpt2", block_size=1024, tied=True), ensemble=2)
     shapes = {n: tuple(p.shape[1:]) for n, p in tied.named_parameters()}
     assert {n: s for n, s in shapes.items() if n != "lm_head.bias"} == TABLE1
-    assert sum(math.prod(s) for s in TABLE1.values()) == 4308  # Table 1 total as listed
-    assert _counts(tied) == 4310  # + lm_head bias (2), spec A Sec. 1.2
+    # the only parameter outside Table 1 is the lm_head bias (spec A Sec. 1.2), with 2 entries
+    assert tuple(tied.lm_head.bias.shape[1:]) == (2,)
     untied = EnsembleGPT(GPTConfig(variant="gpt2", block_size=1024, tied=False), ensemble=2)
-    assert _counts(untied) == 4318  # + lm_head.weight (2 x 4)
+    extra = {n: tuple(p.shape[1:]) for n, p in untied.named_parameters() if n not in TABLE1}
+    assert extra == {"lm_head.weight": (2, 4), "lm_head.bias": (2,)}
+    assert _counts(untied) - _counts(tied) == 2 * 4  # untying adds exactly the readout
 
 
 def test_theory_variant_has_no_layer_norm_and_12d2_per_layer() -> None:
@@ -109,6 +111,50 @@ def test_per_member_loss_is_uniform_cross_entropy_at_init() -> None:
     loss = per_member_cross_entropy(model(x[..., :-1]), x[..., 1:])
     assert loss.shape == (4,)
     assert torch.allclose(loss, torch.full((4,), math.log(2)), atol=0.01)
+
+
+PINNED = [  # logits of member 1 (seed 1), sequence 2, last position, and c_attn[1, 0, :3],
+    # computed with the implementation that produced papers A and B's results (f5eeaaa)
+    (
+        GPTConfig(vocab_size=2, n_embd=4, block_size=8),
+        [0.00025361625012010336, 0.004042494110763073],
+        [0.001295999507419765, 0.029021035879850388, 0.0077520799823105335],
+    ),
+    (
+        GPTConfig(
+            vocab_size=5,
+            n_embd=8,
+            block_size=8,
+            n_layer=2,
+            n_head=2,
+            variant="gpt2",
+            activation="gelu",
+            tied=False,
+        ),
+        [
+            -0.021710459142923355,
+            0.003609154373407364,
+            0.0064771585166454315,
+            0.03164079040288925,
+            0.03176200017333031,
+        ],
+        [0.025894388556480408, 0.012299672700464725, -0.013756409287452698],
+    ),
+]
+
+
+@pytest.mark.parametrize(("cfg", "logits", "c_attn"), PINNED)
+def test_default_configs_reproduce_papers_a_b_implementation(
+    cfg: GPTConfig, logits: list[float], c_attn: list[float]
+) -> None:
+    """Default configurations keep the original init draws and forward (papers A/B outputs)."""
+    model = EnsembleGPT(cfg, ensemble=2)
+    model.init_members([0, 1])
+    tokens = torch.arange(2 * 3 * 8).reshape(2, 3, 8) * 7 % cfg.vocab_size
+    out = model(tokens)[1, 2, -1]
+    assert out.tolist() == pytest.approx(logits, rel=1e-5, abs=1e-9)
+    weight = model.transformer["h"][0].attn.c_attn.weight[1, 0, :3]
+    assert weight.tolist() == pytest.approx(c_attn, rel=1e-6)
 
 
 def test_bad_shapes_raise() -> None:

@@ -108,4 +108,4 @@ def test_members_sampled_together_equal_members_sampled_alone() -> None:
             40,
             torch.Generator().manual_seed(seed),
         )
-        assert torch.equal(together[i], alone)
+        assert torch.equal(together.tokens[i], alone)

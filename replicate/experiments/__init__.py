@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicate.experiments import attn_markov, local_global
+from replicate.experiments import attn_markov, local_global, subngrams, two_layer
 from replicate.experiments.base import Experiment, RunContext, run_experiment
 
 # Each paper module declares its own EXPERIMENTS; the registry is their union.
-REGISTRY: dict[str, Experiment] = {**attn_markov.EXPERIMENTS, **local_global.EXPERIMENTS}
+REGISTRY: dict[str, Experiment] = {
+    **attn_markov.EXPERIMENTS,
+    **local_global.EXPERIMENTS,
+    **subngrams.EXPERIMENTS,
+    **two_layer.EXPERIMENTS,
+}
 
 
 SHARED_CODE = (
@@ -16,7 +21,7 @@ SHARED_CODE = (
     "replicate/markov",
     "replicate/theory",
     "replicate/experiments/base.py",
-    "replicate/analysis.py",
+    "replicate/analysis",
     "replicate/io.py",
     "replicate/plotting.py",
     "replicate/training.py",

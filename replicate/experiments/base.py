@@ -3,13 +3,16 @@
 An experiment is a function ``run(settings, ctx) -> metrics`` that trains or computes, writes
 its figure/CSV outputs through ``ctx`` and returns a flat dict of numbers. The runner adds
 ``metrics.json`` and ``provenance.json`` and checks that exactly the outputs that params.yaml
-lists were written.
+lists were written. Trainings inside an experiment checkpoint under ``checkpoints/<name>/``
+(outside the DVC outputs; every ``cluster.checkpoint_every`` steps) and a rerun after a
+crash resumes from there; the folder is removed once the outputs are complete. Wall-clock
+timings are Snakemake's benchmark files (``logs/benchmarks/``), never outputs.
 """
 
 from __future__ import annotations
 
-import json
-import platform
+import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,9 +25,10 @@ from pydantic import BaseModel
 
 from replicate import io
 from replicate.config import Classification, ExperimentEntry, Params
-from replicate.training import configure_torch
+from replicate.training import checkpointing, configure_torch
 
 Metrics = dict[str, float]
+CHECKPOINT_DIR = Path("checkpoints")
 
 
 @dataclass
@@ -99,8 +103,10 @@ def run_experiment(
         classification=params.raw.classification,
         progress=progress,
     )
+    checkpoints = root / CHECKPOINT_DIR / name
     started = time.perf_counter()
-    metrics = _check_metrics(name, REGISTRY[name].run(settings, ctx))
+    with checkpointing(checkpoints, params.checkpoint_every):
+        metrics = _check_metrics(name, REGISTRY[name].run(settings, ctx))
     elapsed = time.perf_counter() - started
     if sorted(ctx.written) != sorted(entry.outputs):
         raise RuntimeError(
@@ -119,21 +125,8 @@ def run_experiment(
             "torch": torch.__version__,
         },
     )
-    _log_timing(root, name, params.scale, elapsed)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the outputs are complete
+    # For the person at the terminal (and the rule's log); Snakemake's benchmark file is
+    # the record.
+    print(f"{name}: done in {elapsed:.1f} s ({params.scale} scale)", file=sys.stderr)
     return metrics
-
-
-def _log_timing(root: Path, name: str, scale: str, seconds: float) -> None:
-    """Append wall time to logs/timings.jsonl (untracked: timings never enter DVC outputs)."""
-    log = root / "logs" / "timings.jsonl"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "experiment": name,
-        "scale": scale,
-        "seconds": round(seconds, 2),
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "host": platform.node(),
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    with log.open("a") as fh:
-        fh.write(json.dumps(record) + "\n")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+import torch
 
 from lightning_modules import ChainMember, EnsembleGPT, GPTConfig, OptimConfig
 from replicate import analysis
@@ -24,7 +25,7 @@ from replicate.markov import (
     binary_unigram_entropy,
     symmetric_kernel,
 )
-from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
+from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 
 InitialLaw = Literal["stationary", "uniform"]
 
@@ -75,6 +76,24 @@ class BinaryRun(FittedRun):
     prob_one: np.ndarray
     norm_a: float
     bias: float
+    mean_norm_z: float
+    """Mean over the positions of the first test sequence of ||z_n|| (the readout's input)."""
+    mean_abs_a_dot_z: float
+    """Mean over the same positions of |<a, z_n>| (paper A, Sec. 4.1: about 0.04)."""
+
+
+def readout_geometry(model: EnsembleGPT, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per member, mean over positions of ||z_n|| and of |<a, z_n>|, a = w_1 - w_0, z_n the
+    input of the linear readout (after ln_f where the variant has one; paper A, Sec. 4.1 and
+    App. A's Linear layer), for (E, T, N) ``tokens``."""
+    traces: list[dict[str, torch.Tensor]] = []
+    with torch.no_grad():
+        model.eval()(tokens, traces)
+        z = model.transformer["ln_f"](traces[-1]["z"]).double()
+    w = model.lm_head.weight.detach().double()
+    a = w[:, 1] - w[:, 0]  # (E, d)
+    a_dot_z = torch.einsum("etnd,ed->etn", z, a)
+    return z.norm(dim=-1).mean((1, 2)).numpy(), a_dot_z.abs().mean((1, 2)).numpy()
 
 
 def initial_law(chain: BinaryChainSettings, law: InitialLaw) -> np.ndarray:
@@ -107,14 +126,14 @@ def train_and_fit(
     """
     tying = "tied" if tied else "untied"
     trained = train_ensemble(
-        gpt_config(model, vocab, training.seq_len, tied),
+        gpt_ensemble(gpt_config(model, vocab, training.seq_len, tied), [m.seed for m in members]),
         members,
         training_plan(training),
         OptimConfig(**optim.model_dump()),
         label=ctx.label(f"{detail}{tying} ({len(members)} models)"),
         progress=ctx.progress,
     )
-    final = trained.module.evaluate(trained.test_tokens)
+    final = trained.evaluate()
     cls = ctx.classification
     fits = []
     for i, member in enumerate(members):
@@ -151,6 +170,7 @@ def train_binary_runs(
     trained, fits = train_and_fit(members, 2, tied, model, training, optim, ctx, detail)
     probs = analysis.next_token_probs(trained.module, trained.test_tokens[:, :1])[:, 0, :, 1]
     norm_a, bias = analysis.binary_output_layer(trained.module)
+    norm_z, a_dot_z = readout_geometry(trained.module.model, trained.test_tokens[:, :1, :-1])
     runs = [
         BinaryRun(
             chain=chain,
@@ -161,6 +181,8 @@ def train_binary_runs(
             prob_one=probs[i],
             norm_a=float(norm_a[i]),
             bias=float(bias[i]),
+            mean_norm_z=float(norm_z[i]),
+            mean_abs_a_dot_z=float(a_dot_z[i]),
         )
         for i, ((chain, seed), fit) in enumerate(zip(pairs, fits, strict=True))
     ]
@@ -170,7 +192,7 @@ def train_binary_runs(
 def ensemble_checkpoint(runs: list[BinaryRun], trained: TrainedEnsemble) -> dict:
     """What a later experiment needs to reuse a trained ensemble (e.g. App. D reuses Fig. 3)."""
     return {
-        "config": asdict(trained.module.model.cfg),
+        "config": trained.model.cfg.as_dict(),
         "members": [{"p": r.chain.p, "q": r.chain.q, "seed": r.seed} for r in runs],
         "state_dict": trained.module.model.state_dict(),
         "test_tokens": trained.test_tokens,

@@ -75,6 +75,8 @@ def _run_metrics(run: BinaryRun, profile: pd.DataFrame) -> Metrics:
         "max_dev_pi1": float(np.abs(both - pi1).max()),
         "std_k": float(max(at0.std(), at1.std())),
         "norm_a": run.norm_a,
+        "mean_norm_z": run.mean_norm_z,
+        "mean_abs_a_dot_z": run.mean_abs_a_dot_z,
         "dev_sigmoid_b": abs(1 / (1 + np.exp(-run.bias)) - pi1),
         "half_gap_step": analysis.first_step_reaching(
             run.steps,
@@ -107,6 +109,10 @@ def _group_metrics(tag: str, tying: str, runs: list[BinaryRun], per_run: Metrics
         f"{prefix}/unigram_runs_max_dev_pi1": stuck_max("max_dev_pi1"),
         f"{prefix}/unigram_runs_max_std_k": stuck_max("std_k"),
         f"{prefix}/unigram_runs_max_norm_a": stuck_max("norm_a"),
+        f"{prefix}/unigram_runs_max_mean_abs_a_dot_z": stuck_max("mean_abs_a_dot_z"),
+        f"{prefix}/unigram_runs_median_mean_norm_z": (
+            float(np.median(col("mean_norm_z", stuck))) if stuck else float("nan")
+        ),
         f"{prefix}/unigram_runs_max_dev_sigmoid_b": stuck_max("dev_sigmoid_b"),
     }
 

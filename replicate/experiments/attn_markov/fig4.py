@@ -120,11 +120,22 @@ def _tag(p: float, q: float) -> str:
 
 
 def per_run_metrics(runs: pd.DataFrame) -> Metrics:
+    """Per run ``<cell>/<tying>/seed<s>/...``, and under ``<side>/<tying>/<cell>/seed<s>/``
+    (side below, above, boundary, and off_boundary for both of the first two) so that a
+    claim can pool the cells of one side per seed."""
     metrics: Metrics = {}
     for row in runs.itertuples():
         prefix = f"{_tag(row.p, row.q)}/{row.tying}/seed{row.seed}"
         metrics[f"{prefix}/final_loss"] = row.final_loss
         metrics[f"{prefix}/f0_bar"] = row.f0_bar
+        metrics[f"{prefix}/dev_f0"] = abs(row.f0_bar - row.p)
+        sides = [row.side] if row.side == "boundary" else [row.side, "off_boundary"]
+        for side in sides:
+            side_key = f"{side}/{row.tying}/{_tag(row.p, row.q)}/seed{row.seed}"
+            metrics[f"{side_key}/f0_minus_p"] = row.f0_bar - row.p
+            metrics[f"{side_key}/dev_f0"] = abs(row.f0_bar - row.p)
+            if row.run_class != UNCLASSIFIED:
+                metrics[f"{side_key}/class"] = float(analysis.RunClass[row.run_class])
         if row.run_class != UNCLASSIFIED:  # the report lists keys ending in /class
             metrics[f"{prefix}/kappa"] = row.kappa
             metrics[f"{prefix}/class"] = float(analysis.RunClass[row.run_class])

@@ -100,6 +100,9 @@ def fig5_metrics(s: Fig5Settings, runs: list[StateRun]) -> Metrics:
     if below:
         prefix = f"p_below_{max(s.ps):g}"
         metrics.update({f"{prefix}/{k}": v for k, v in group_metrics(below).items()})
+        for r in below:  # the pool per (tying, p, seed), for per-seed claims
+            run = f"{prefix}/{r.tying}/{p_tag(r.p)}/seed{r.seed}"
+            metrics.update({f"{run}/{k}": v for k, v in run_metrics(r).items()})
     tied = [r for r in runs if r.tied]
     for side, members in (
         ("below", [r for r in tied if r.p < s.threshold]),

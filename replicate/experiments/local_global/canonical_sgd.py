@@ -58,7 +58,7 @@ def train_canonical(s: CanonicalSGDSettings, ctx: RunContext) -> CanonicalLM:
     w0 = np.array([w for _, (_, w) in runs])
     b0 = np.array([float(lg.optimal_bias(e, w, c.p, c.q)) for c, (e, w) in runs])
     module = CanonicalLM(e0, w0, b0, s.lr, s.record_every)
-    data = MarkovEnsembleData(members, s.batch_size, s.seq_len, s.steps, 1, s.seed)
+    data = MarkovEnsembleData(members, s.batch_size, s.seq_len + 1, s.steps, 1, s.seed)
     trainer = L.Trainer(
         accelerator="cpu",  # three scalars per run: a GPU would only add transfers
         devices=1,

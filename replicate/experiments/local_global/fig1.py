@@ -5,7 +5,8 @@ with the critical sets of Thm 1. Panels (b, d): the basins I_* and I_min of Thm 
 (p + q < 1) and Thm 2 (p + q > 1), the saddle separatrix I_sad, and where integrated flows
 from Gaussian initialisations ended. The claims are checked on Gaussian, grid, e-axis and
 I_common initialisations (spec B §4, Fig. 1a-d), plus the closed forms behind them
-(Lemmas 5, 7, 8 and Thm 1). No training happens here.
+(Lemmas 5, 7, 8 and Thm 1) and, with the bias b, Lemmas 2, 3, 4, 6 and Thm 7
+(`bias_checks`). No training happens here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from scipy.optimize import minimize_scalar
 from replicate import plotting
 from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.local_global.bias_checks import bias_checks
 from replicate.experiments.local_global.flows import (
     CLASS_COLORS,
     CLASS_NAMES,
@@ -415,6 +417,8 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     runs = _run_inits(s, rng)
     axis_metrics, axis_runs = _axis_metrics(s)
     metrics |= axis_metrics | _basin_metrics(s, runs) | _gaussian_metrics(s, runs)
+    # the with-bias checks draw from their own generator, so the draws above do not move
+    metrics |= bias_checks(s.chains, np.random.default_rng([s.seed, 1]), s.check_points)
     traj = _plotted_trajectories(s)
     ctx.save_csv(pd.concat([runs, axis_runs], ignore_index=True), "inits.csv")
     ctx.save_csv(traj, "trajectories.csv")

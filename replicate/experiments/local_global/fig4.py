@@ -39,7 +39,7 @@ from replicate.experiments.local_global import transformer as tf
 from replicate.experiments.local_global.flows import PositiveFloat
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.theory import local_global as lg
-from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
+from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 
 
 class Fig4Settings(Strict):
@@ -97,14 +97,14 @@ def train(s: Fig4Settings, members: list[Member], ctx: RunContext) -> TrainedEns
     plan = TrainingPlan(**s.training.model_dump(), snapshot_steps=tuple(s.plateau_steps))
     options = tf.InitOptions(canonical_point=s.canonical_point)
     recipes = [m.init for m in members]
+    seeds = [m.seed for m in members]
     return train_ensemble(
-        cfg,
+        gpt_ensemble(cfg, seeds, tf.initializer(recipes, seeds, options)),
         chains,
         plan,
         OptimConfig(**s.optim.model_dump()),
         label=ctx.label(f"inits ({len(members)} models)"),
         progress=ctx.progress,
-        initialize=tf.initializer(recipes, [m.seed for m in members], options),
     )
 
 
@@ -120,7 +120,7 @@ def evaluate_snapshot(trained: TrainedEnsemble, step: int) -> TestEvaluation | N
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(snapshot[name])
-        evaluation = trained.module.evaluate(trained.test_tokens)
+        evaluation = trained.evaluate()
         for name, p in params.items():
             p.copy_(final[name])
     return evaluation
@@ -131,7 +131,7 @@ def member_table(s: Fig4Settings, members: list[Member], trained: TrainedEnsembl
     """One row per member: final loss (mean over the last iterations), oracles, predictions."""
     steps = trained.eval_steps
     last = steps >= (1.0 - s.final_fraction) * steps.max()
-    final_eval = trained.module.evaluate(trained.test_tokens)
+    final_eval = trained.evaluate()
     plateau = {k: evaluate_snapshot(trained, k) for k in s.plateau_steps}
     rows = []
     for i, m in enumerate(members):
@@ -158,19 +158,40 @@ def member_table(s: Fig4Settings, members: list[Member], trained: TrainedEnsembl
     return pd.DataFrame(rows)
 
 
-def _seed_metrics(table: pd.DataFrame, ctx: RunContext) -> Metrics:
+def _seed_metrics(s: Fig4Settings, table: pd.DataFrame, ctx: RunContext) -> Metrics:
+    """Per seed (``<chain>/<init>/seed<s>/...``): what `group_metrics` reduces over seeds, and
+    ``<chain>/seed<s>/gap_standard_minus_<init>``."""
     cls = ctx.classification
     metrics: Metrics = {}
     for row in table.itertuples():
+        chain = s.chain if row.chain == s.chain.tag else s.extra_chain
         kappa = analysis.gap_closed(row.final_loss, row.oracle_bigram, row.oracle_unigram)
         prefix = f"{row.group}/seed{row.seed}"
         metrics |= {
             f"{prefix}/final_loss": row.final_loss,
+            f"{prefix}/delta_bigram": row.final_loss - row.oracle_bigram,
+            f"{prefix}/at_unigram_final": float(
+                abs(row.final_loss - row.oracle_unigram) <= s.unigram_band
+            ),
+            f"{prefix}/dev_p1_given_0": abs(row.p1_given_0 - chain.p),
+            f"{prefix}/dev_p1_given_1": abs(row.p1_given_1 - (1 - chain.q)),
             f"{prefix}/kappa": kappa,
             f"{prefix}/class": float(
                 analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max)
             ),
         }
+        for k in s.plateau_steps:
+            excess = getattr(row, f"loss_at_{k}") - row.oracle_unigram
+            metrics |= {
+                f"{prefix}/abs_delta_unigram_at_{k}": abs(excess),
+                f"{prefix}/loss_minus_unigram_at_{k}": excess,
+                f"{prefix}/prob_gap_at_{k}": getattr(row, f"prob_gap_at_{k}"),
+            }
+    main = table[table.chain == s.chain.tag].set_index(["init", "seed"]).final_loss
+    for init in s.inits[1:]:
+        for seed in s.seeds:
+            gap = main[("standard", seed)] - main[(init, seed)]
+            metrics[f"{s.chain.tag}/seed{seed}/gap_standard_minus_{init}"] = float(gap)
     return metrics
 
 
@@ -347,8 +368,8 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
     trained = train(s, members, ctx)
     table = member_table(s, members, trained)
     curves = curves_frame(members, trained)
+    metrics = _seed_metrics(s, table, ctx) | group_metrics(s, table)
     paths = canonical_sgd.sgd_paths(s.sgd, canonical_sgd.train_canonical(s.sgd, ctx))
-    metrics = _seed_metrics(table, ctx) | group_metrics(s, table)
     metrics |= canonical_sgd.sgd_metrics(s.sgd, paths)
     ctx.save_csv(table, "runs.csv")
     ctx.save_csv(curves, "curves.csv")

@@ -1,10 +1,16 @@
 """Paper B, Fig. 5: the (e, w, a) gradient flow near the origin (zoom of Fig. 2).
 
-The caption's claim: the local minima (the plane e = 0 near the origin) repel for
-p + q < 1 and attract for p + q > 1. Quantitatively, near e = 0 the flow has
-d log|e|/dt = -2 pi0 pi1 (p+q-1)(1 + 2w|w|) (Lemma 8's Hessian; spec B §2.6 and §4,
-F5-rate), which is checked on integrated flows from e_0 = 1e-4. App. M.5 integrates half
-that rate; that printed formula is checked too, and does not reproduce. No training.
+The caption's claim: "the local minima are repellors for p + q < 1, while attracting for
+p + q > 1". Near e = 0 the flow has d log|e|/dt = -2 pi0 pi1 (p+q-1)(1 + 2w|w|) (Lemma 8's
+Hessian; spec B §2.6 and §4, F5-rate), checked on integrated flows from e_0 = 1e-4. Near
+the origin (w > -1/sqrt 2) the plane e = 0 is made of local *maxima* when p + q < 1 (the
+Hessian's e-e entry is negative; the figure colours them purple): the caption mislabels
+them, as Thm 10(iii) labels Theta_max "Theta_min" (spec B §2.10 item 3). So the rate checks
+classify every point of the plane by the sign of that Hessian entry (`lg.hessian_on_w_axis`)
+and test "maxima repel, minima attract" each where it applies, with points at w_0 <
+-1/sqrt 2 so that the p + q < 1 minima are tested too; the fraction of the p + q < 1 points
+in the zoom box that are minima measures the caption's label. App. M.5 integrates half the
+rate; that printed formula is checked too, and does not reproduce. No training.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ class Fig5Settings(Strict):
     box: PositiveFloat
     """Half-width of the zoom box around the origin; bound on |w_0|, |a_0| of the rate checks."""
     rate_points: list[tuple[float, float]] = Field(min_length=1)
-    """(w_0, a_0) of the rate checks (spec B §4, F5-rate), plus ``random_rate_points`` drawn."""
+    """(w_0, a_0) of the rate checks (spec B §4, F5-rate; w_0 < -1/sqrt 2 reaches the other
+    half of the plane), plus ``random_rate_points`` drawn in the box."""
     random_rate_points: int = Field(ge=0)
     e0: PositiveFloat
     rate_time: PositiveFloat
@@ -77,10 +84,13 @@ def rate_table(s: Fig5Settings, rng: np.random.Generator) -> pd.DataFrame:
         )
         for init, result in zip(inits, results, strict=True):
             predicted = float(lg.small_e_log_rate(init[1], chain.p, chain.q))
+            curvature = lg.hessian_on_w_axis(float(init[1]), chain.p, chain.q, attention=True)
             rows.append(
                 {
                     "chain": chain.tag,
                     "switching": chain.p + chain.q - 1,
+                    "critical": "minimum" if curvature[0, 0] > 0 else "maximum",
+                    "in_box": abs(init[1]) <= s.box and abs(init[2]) <= s.box,
                     "w0": init[1],
                     "a0": init[2],
                     "measured_rate": measured_rate(result.theta, result.t),
@@ -92,14 +102,21 @@ def rate_table(s: Fig5Settings, rng: np.random.Generator) -> pd.DataFrame:
 
 
 def rate_metrics(rates: pd.DataFrame) -> Metrics:
-    """F5-rate: relative error of the linearised rate, its sign, and App. M.5's printed rate."""
+    """F5-rate: relative error of the linearised rate; maxima repel and minima attract, each
+    where it applies; the caption's label; and App. M.5's printed rate."""
     relative = (rates.measured_rate / rates.predicted_rate - 1.0).abs()
-    expected_sign = -np.sign(rates.switching)  # 1 + 2w|w| > 0 for |w| <= 0.3
+    minima = rates[rates.critical == "minimum"]
+    maxima = rates[rates.critical == "maximum"]
+    caption = rates[rates.in_box & (rates.switching < 0)]  # "local minima ... repellors"
     m5 = rates[rates.w0 == 0.0]  # M.5 neglects every product of parameters: w = 0, a e^2 ~ 0
     m5_error = (m5.paper_m5_rate / m5.measured_rate - 1.0).abs()
     return {
         "rate_max_rel_error": float(relative.max()),
-        "rate_sign_agreement": float(np.mean(np.sign(rates.measured_rate) == expected_sign)),
+        "minima_attract_fraction": float(np.mean(minima.measured_rate < 0)),
+        "maxima_repel_fraction": float(np.mean(maxima.measured_rate > 0)),
+        "minima_checks": float(len(minima)),
+        "maxima_checks": float(len(maxima)),
+        "caption_repellers_frac_minima": float(np.mean(caption.critical == "minimum")),
         "paper_m5_rate_min_rel_error": float(m5_error.min()) if len(m5) else math.nan,
         "rate_checks": float(len(rates)),
     }
@@ -162,8 +179,12 @@ def _plot(s: Fig5Settings, traj: pd.DataFrame, rates: pd.DataFrame, ctx: RunCont
     for col, chain in enumerate(s.panels):
         ax = plot3d.make_3d(fig, axes[col])
         _zoom_panel(ax, chain, s, traj)
-        verb = "repel" if chain.p + chain.q < 1 else "attract"
-        ax.set_title(f"({'ab'[col]}) {chain_label(chain)}: local minima {verb}", fontsize=9)
+        kind = "maxima repel" if chain.p + chain.q < 1 else "minima attract"
+        ax.set_title(
+            f"({'ab'[col]}) {chain_label(chain)}: e = 0 near 0 is local {kind}\n"
+            '(the caption says "local minima" for both)',
+            fontsize=9,
+        )
         ax.view_init(elev=18, azim=-60)
     _rate_panel(axes[2], rates, s)
     plotting.finish(

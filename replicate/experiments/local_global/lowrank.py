@@ -31,7 +31,7 @@ from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global import transformer as tf
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.theory.local_global import chain_constants
-from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
+from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 
 RANKED = {"W1": "w1", "W2": "w2", "WV": "value", "WQ": "query", "WK": "key"}
 """Matrices whose rho_1 is tracked: paper name -> `MemberWeights` field."""
@@ -96,13 +96,12 @@ def train_low_rank(
     cfg = GPTConfig(vocab_size=2, block_size=s.training.seq_len, tied=True, **s.model.model_dump())
     plan = TrainingPlan(**s.training.model_dump(), snapshot_steps=snapshot_steps(s))
     trained = train_ensemble(
-        cfg,
+        gpt_ensemble(cfg, s.seeds, tf.initializer([recipe] * len(members), s.seeds, options)),
         members,
         plan,
         OptimConfig(**s.optim.model_dump()),
         label=ctx.label(f"{recipe} init ({len(members)} models)"),
         progress=ctx.progress,
-        initialize=tf.initializer([recipe] * len(members), s.seeds, options),
     )
     oracles = [analysis.oracle_losses(trained.test_tokens[i], kernel) for i in range(len(members))]
     return LowRankRun(
@@ -115,7 +114,11 @@ def train_low_rank(
 
 def low_rank_metrics(s: LowRankSettings, run: LowRankRun, ctx: RunContext) -> Metrics:
     """Per seed and worst case over seeds, at the last iteration ("final/") and over every
-    logged iteration ("all_steps/", NaN entries - a zero matrix at step 0 - skipped)."""
+    logged iteration ("all_steps/", NaN entries - a zero matrix at step 0 - skipped).
+
+    Per seed: ``<chain>/seed<s>/final/<measure>``, ``.../all_steps/min_<measure>``,
+    ``.../delta_bigram``, the final loss, kappa and the run class.
+    """
     table = run.structure
     final = table[table.step == table.step.max()]
     measures = [c for c in table.columns if c not in ("seed", "step", "norm_e")]
@@ -129,7 +132,13 @@ def low_rank_metrics(s: LowRankSettings, run: LowRankRun, ctx: RunContext) -> Me
         loss = float(run.trained.test_loss[i, -1])
         kappa = analysis.gap_closed(loss, run.oracle_bigram[i], run.oracle_unigram[i])
         prefix = f"{s.chain.tag}/seed{seed}"
+        mine = table[table.seed == seed]
+        mine_final = final[final.seed == seed]
+        for column in measures:
+            metrics[f"{prefix}/final/{column}"] = float(mine_final[column].iloc[0])
+            metrics[f"{prefix}/all_steps/min_{column}"] = float(np.nanmin(mine[column]))
         metrics[f"{prefix}/final_loss"] = loss
+        metrics[f"{prefix}/delta_bigram"] = loss - run.oracle_bigram[i]
         metrics[f"{prefix}/kappa"] = kappa
         metrics[f"{prefix}/class"] = float(
             analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max)

@@ -127,7 +127,11 @@ TABLE2: tuple[Table2Row[Fig4Settings], ...] = (
         "Dataset",
         "k-th order binary Markov source",
         "grid",
-        lambda s: (f"first order, P({s.chain.p:g}, {s.chain.q:g}), x_1 ~ π", True),
+        lambda s: (
+            f"first order, P({s.chain.p:g}, {s.chain.q:g}), x_1 ~ π "
+            "(the settings express no other)",
+            None,
+        ),
     ),
     Table2Row(
         "Architecture",
@@ -138,7 +142,10 @@ TABLE2: tuple[Table2Row[Fig4Settings], ...] = (
             s.model.variant == "gpt2",
         ),
     ),
-    *hp.common_rows(accumulation="1", warmup_start=False),
+    *hp.common_rows(
+        accumulation="1: one batch per optimizer step (the harness has no accumulation setting)",
+        warmup_start=False,
+    ),
     Table2Row(
         "Transformer layers", "1", "grid", lambda s: (str(s.model.n_layer), s.model.n_layer == 1)
     ),

@@ -11,7 +11,7 @@ from enum import IntEnum
 import numpy as np
 import torch
 
-from lightning_modules import EnsembleLM
+from lightning_modules import EnsembleModule
 
 
 class RunClass(IntEnum):
@@ -56,7 +56,7 @@ def first_step_reaching(steps: np.ndarray, kappas: np.ndarray, level: float) -> 
 
 
 @torch.no_grad()
-def next_token_probs(module: EnsembleLM, tokens: torch.Tensor) -> np.ndarray:
+def next_token_probs(module: EnsembleModule, tokens: torch.Tensor) -> np.ndarray:
     """(E, T, N, V) predicted next-token laws for (E, T, N+1) ``tokens``."""
     module.eval()
     return module.model(tokens[..., :-1]).softmax(-1).double().numpy()
@@ -67,7 +67,7 @@ def first_positions(sequence: np.ndarray, state: int, count: int) -> np.ndarray:
     return np.flatnonzero(sequence == state)[:count]
 
 
-def binary_output_layer(module: EnsembleLM) -> tuple[np.ndarray, np.ndarray]:
+def binary_output_layer(module: EnsembleModule) -> tuple[np.ndarray, np.ndarray]:
     """(|a|, b) per member for a binary vocabulary: a = w_1 - w_0, b = b_1 - b_0 (spec A, 1.2)."""
     w = module.model.lm_head.weight.detach().double()
     bias = module.model.lm_head.bias.detach().double()
@@ -77,7 +77,7 @@ def binary_output_layer(module: EnsembleLM) -> tuple[np.ndarray, np.ndarray]:
 def stay_probability(transition_means: np.ndarray) -> float:
     """Mean over states i of the mean predicted P(x_{n+1}=i | x_n=i) (paper A, Fig. 5).
 
-    ``transition_means`` is one member's (S, S) matrix from `EnsembleLM.evaluate`; the
+    ``transition_means`` is one member's (S, S) matrix from `TrainedEnsemble.evaluate`; the
     symmetric chain's targets are 1 - p (bigram) and 1/S (unigram).
     """
     return float(np.mean(np.diag(transition_means)))

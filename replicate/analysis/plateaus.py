@@ -1,0 +1,141 @@
+"""Plateaus and transitions of a test-loss curve, and their k-gram levels (spec C §4.0).
+
+The detector needs no level in advance: it finds flat stretches of the smoothed curve
+relative to the curve's own mean descent rate. Defaults are the spec's calibrated values.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """A flat stretch [t0, t1] (steps) at loss ``level`` = median of the raw loss on it."""
+
+    t0: float
+    t1: float
+    level: float
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The stretch between two consecutive plateaus; ``drop`` = level before - level after."""
+
+    t0: float
+    t1: float
+    drop: float
+
+
+def running_median(values: Sequence[float] | np.ndarray, window: int = 9) -> np.ndarray:
+    """Centred running median over ``window`` points, truncated at both ends."""
+    values = np.asarray(values, dtype=np.float64)
+    half = window // 2
+    return np.array(
+        [np.median(values[max(0, j - half) : j + half + 1]) for j in range(len(values))]
+    )
+
+
+def _flat_runs(flat: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs [a, b] (inclusive indices) of True."""
+    runs, start = [], None
+    for j, is_flat in enumerate(flat):
+        if is_flat and start is None:
+            start = j
+        if not is_flat and start is not None:
+            runs.append((start, j - 1))
+            start = None
+    if start is not None:
+        runs.append((start, len(flat) - 1))
+    return runs
+
+
+def detect_plateaus(
+    steps: Sequence[float] | np.ndarray,
+    losses: Sequence[float] | np.ndarray,
+    *,
+    window: int = 9,
+    kappa: float = 0.5,
+    rho: float = 0.05,
+    slope_span: float = 0.025,
+    merge_abs: float = 0.003,
+    merge_rel: float = 0.05,
+) -> list[Plateau]:
+    """Plateaus of a loss curve evaluated at increasing ``steps`` (spec C §4.0, steps 1-4).
+
+    1. L~ = centred running median of the loss over ``window`` evaluations.
+    2. Delta = L~_0 - min L~, r = Delta / t_max, h = max(1, round(slope_span t_max / E))
+       evaluations, E = median evaluation interval; t_max = steps[-1] - steps[0] (the last
+       step when evaluation starts at 0).
+    3. s_j = (L~_{j-h} - L~_{j+h}) / (t_{j+h} - t_{j-h}), indices clipped to the curve;
+       point j is flat if s_j <= kappa r.
+    4. A plateau is a maximal run of flat points lasting >= rho t_max steps, level = the
+       median of the raw loss over the run. Consecutive plateaus whose levels differ by
+       <= max(merge_abs, merge_rel Delta) and whose gap is <= rho t_max are merged (in this
+       order: length filter, then merging; the merged level is the median over the merged
+       interval).
+    """
+    t = np.asarray(steps, dtype=np.float64)
+    loss = np.asarray(losses, dtype=np.float64)
+    if t.ndim != 1 or t.shape != loss.shape or len(t) < 2 or (np.diff(t) <= 0).any():
+        raise ValueError("steps and losses must be 1-D, of equal length >= 2, steps increasing")
+    smooth = running_median(loss, window)
+    t_max = t[-1] - t[0]
+    delta = smooth[0] - smooth.min()
+    h = max(1, round(slope_span * t_max / float(np.median(np.diff(t)))))
+    index = np.arange(len(t))
+    before, after = np.clip(index - h, 0, len(t) - 1), np.clip(index + h, 0, len(t) - 1)
+    slope = (smooth[before] - smooth[after]) / (t[after] - t[before])
+    flat = slope <= kappa * delta / t_max
+    runs = [(a, b) for a, b in _flat_runs(flat) if t[b] - t[a] >= rho * t_max]
+    merged: list[tuple[int, int]] = []
+    tolerance = max(merge_abs, merge_rel * delta)
+    for a, b in runs:
+        if merged:
+            pa, pb = merged[-1]
+            close = abs(np.median(loss[pa : pb + 1]) - np.median(loss[a : b + 1])) <= tolerance
+            if close and t[a] - t[pb] <= rho * t_max:
+                merged[-1] = (pa, b)
+                continue
+        merged.append((a, b))
+    return [Plateau(float(t[a]), float(t[b]), float(np.median(loss[a : b + 1]))) for a, b in merged]
+
+
+def transitions(plateaus: Sequence[Plateau]) -> list[Transition]:
+    """The stretches between consecutive plateaus and their drops (spec C §4.0, step 5)."""
+    return [Transition(p.t1, q.t0, p.level - q.level) for p, q in itertools.pairwise(plateaus)]
+
+
+def assign_level(
+    level: float,
+    baselines: Sequence[float],
+    *,
+    lower_fraction: float = 0.5,
+    upper_margin: float = 0.02,
+    final_margin: float = 0.05,
+) -> int | None:
+    """The order k (1-indexed) a plateau level belongs to, or None (spec C §4.0).
+
+    ``baselines`` = b_1 > b_2 > ... > b_n, the add-alpha k-gram losses on the same test
+    set. Bands: b_k - lower_fraction (b_k - b_{k+1}) <= level <= b_k + upper_margin for
+    k < n; level <= b_n + final_margin for k = n. Asymmetric because trained models land
+    0.01-0.035 nats below add-alpha. Where bands overlap the nearest b_k wins (ties: the
+    smaller k).
+    """
+    b = [float(x) for x in baselines]
+    if any(hi <= lo for hi, lo in itertools.pairwise(b)):
+        raise ValueError(f"baselines must be strictly decreasing, got {b}")
+    matches = [
+        k
+        for k in range(1, len(b) + 1)
+        if (
+            k < len(b)
+            and b[k - 1] - lower_fraction * (b[k - 1] - b[k]) <= level <= b[k - 1] + upper_margin
+        )
+        or (k == len(b) and level <= b[k - 1] + final_margin)
+    ]
+    return min(matches, key=lambda k: (abs(level - b[k - 1]), k), default=None)

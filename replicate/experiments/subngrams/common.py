@@ -1,0 +1,219 @@
+"""What paper C's experiments share: data settings, fixed sets, the k-gram dashed lines and
+the training call."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.axes import Axes
+from pydantic import Field
+from torch import nn
+
+from lightning_modules import Member, OptimConfig, SequenceBatch
+from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled, HiddenSize
+from lightning_modules.ensemble_module import Probe
+from lightning_modules.objectives import LastTokenLawCE
+from lightning_modules.seeding import member_generator
+from replicate import plotting
+from replicate.analysis.kgram import kgram_estimate, paper_c_kgram_lags
+from replicate.config import PositiveInt, Strict
+from replicate.experiments.base import RunContext
+from replicate.markov.incontext import InContextSource
+from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
+
+
+class ChainSettings(Strict):
+    """In-context n-gram prior (paper C, Sec. 2.2; spec C §1.1-1.2).
+
+    ``order`` is paper C's n (the next token depends on the previous n-1 tokens);
+    ``initial`` = uniform first n-1 tokens as the authors' code, or a stationary window
+    (paper C, App. H.1; spec C §1.2).
+    """
+
+    states: Annotated[int, Field(ge=2)]
+    order: Annotated[int, Field(ge=2)]
+    alpha: Annotated[float, Field(gt=0.0)]
+    initial: Literal["uniform", "stationary"] = "uniform"
+
+    @property
+    def source(self) -> InContextSource:
+        return InContextSource(self.states, self.order - 1, self.alpha, initial=self.initial)
+
+    def at(self, seq_len: int) -> DataSettings:
+        return DataSettings(**self.model_dump(), seq_len=seq_len)
+
+
+class DataSettings(ChainSettings):
+    """The prior plus the context length T (spec C §1.3)."""
+
+    seq_len: PositiveInt
+
+    @property
+    def tag(self) -> str:
+        return f"S{self.states}_n{self.order}_T{self.seq_len}_a{self.alpha:g}"
+
+
+def fixed_set(data: DataSettings, sequences: int, seed: int, stream: str) -> SequenceBatch:
+    """(1, sequences, T) tokens and (1, sequences, S) next-token laws from ``seed``'s ``stream``."""
+    tokens, law = data.source.sample(sequences, data.seq_len, member_generator(seed, stream))
+    return SequenceBatch(tokens[None], law[None])
+
+
+def expand(batch: SequenceBatch, ensemble: int, dtype: torch.dtype) -> SequenceBatch:
+    """The same sequences for every member (common random numbers), laws in ``dtype``."""
+    assert batch.next_law is not None
+    tokens = batch.tokens.expand(ensemble, *batch.tokens.shape[1:])
+    law = batch.next_law.to(dtype).expand(ensemble, *batch.next_law.shape[1:])
+    return SequenceBatch(tokens, law)
+
+
+def histories(order: int) -> list[tuple[int, ...]]:
+    """Every lag set within the n-1 previous tokens, shortest first: () is the unigram,
+    (1, ..., k-1) the k-gram of Def. 2.1, the others its non-contiguous variants (App. F.2)."""
+    lags = range(1, order)
+    return [h for size in range(order) for h in itertools.combinations(lags, size)]
+
+
+def history_losses(batch: SequenceBatch, chain: ChainSettings, eps: float) -> pd.DataFrame:
+    """Loss of the add-alpha estimator of every history on ``batch`` (1, N, T), with its
+    Monte-Carlo standard error (spec C §1.4-1.5, the dashed lines of every figure).
+
+    f = (N + alpha) / (sum N + S alpha), alpha = the Dirichlet alpha; keys i >= n-1 (the
+    authors' code counts only positions whose full (n-1)-history exists), all T tokens for
+    the unigram; loss -sum_s y_s log(f_s + eps) (`LastTokenLawCE.per_sequence`).
+    """
+    assert batch.next_law is not None
+    tokens, law = batch.tokens[0], batch.next_law[0]
+    objective = LastTokenLawCE(eps=eps)
+    rows = []
+    for lags in histories(chain.order):
+        probs = kgram_estimate(
+            tokens,
+            lags,
+            chain.states,
+            alpha=chain.alpha,
+            min_key=chain.order - 1 if lags else 0,
+            last_position=True,
+        )
+        losses = objective.per_sequence(probs, law).numpy()
+        contiguous = lags == paper_c_kgram_lags(len(lags) + 1)
+        rows.append(
+            {
+                "history": history_label(lags),
+                "k": len(lags) + 1 if contiguous else 0,
+                "lags": len(lags),
+                "loss": float(losses.mean()),
+                "sem": float(losses.std(ddof=1) / np.sqrt(losses.size)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def history_label(lags: tuple[int, ...]) -> str:
+    return "lags_" + ("none" if not lags else "_".join(str(h) for h in lags))
+
+
+def kgram_levels(table: pd.DataFrame) -> np.ndarray:
+    """b_1 > b_2 > ... > b_n: the add-alpha k-gram losses of `history_losses`, k = 1..n."""
+    contiguous = table[table.k > 0].sort_values("k")
+    return contiguous.loss.to_numpy()
+
+
+# ----------------------------------------------------------------------------- training
+class TrainingSettings(Strict):
+    """Steps, batch and evaluation cadence (spec C §2.4, §4.0); ``seq_len`` is T."""
+
+    steps: PositiveInt
+    batch_size: PositiveInt
+    seq_len: PositiveInt
+    eval_every: PositiveInt
+    test_sequences: PositiveInt
+    test_seed: int
+    gradset_sequences: Annotated[int, Field(ge=0)] = 0  # population gradient (spec C §4.0)
+    gradset_chunks: Annotated[int, Field(ge=2)] = 8
+
+
+class OptimSettings(Strict):
+    """optax.adamw(lr, weight_decay, b1=momentum=0) with a constant rate (spec C §0.5, §2.4)."""
+
+    lr: Annotated[float, Field(gt=0.0)]
+    beta1: Annotated[float, Field(ge=0.0, lt=1.0)]
+    beta2: Annotated[float, Field(ge=0.0, lt=1.0)]
+    weight_decay: Annotated[float, Field(ge=0.0)]
+
+    @property
+    def config(self) -> OptimConfig:
+        return OptimConfig(
+            lr=self.lr,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            weight_decay=self.weight_decay,
+            schedule="constant",
+        )
+
+
+def train(
+    model: nn.Module,
+    chain: ChainSettings,
+    seeds: list[int],
+    training: TrainingSettings,
+    optim: OptimSettings,
+    objective: LastTokenLawCE,
+    probes: Mapping[str, Probe],
+    label: str,
+    progress: bool,
+) -> TrainedEnsemble:
+    """Train one ensemble member per seed on fresh in-context batches (spec C §1.3)."""
+    plan = TrainingPlan(
+        steps=training.steps,
+        batch_size=training.batch_size,
+        seq_len=training.seq_len,
+        eval_every=training.eval_every,
+        test_sequences=training.test_sequences,
+        test_seed=training.test_seed,
+        gradset_sequences=training.gradset_sequences,
+        gradset_chunks=training.gradset_chunks,
+    )
+    members = [Member(chain.source, seed) for seed in seeds]
+    return train_ensemble(
+        model, members, plan, optim.config, label, objective, probes, progress=progress
+    )
+
+
+def member_test_set(trained: TrainedEnsemble, member: int = 0) -> SequenceBatch:
+    """Member ``member``'s slice (1, N, T) of the test set (shared by equal sources)."""
+    batch = trained.test_batch
+    assert batch.next_law is not None
+    return SequenceBatch(batch.tokens[member : member + 1], batch.next_law[member : member + 1])
+
+
+def kgram_lines(ax: Axes, levels: np.ndarray) -> None:
+    """The add-alpha k-gram losses b_1 > ... > b_n as horizontal reference lines."""
+    n = len(levels)
+    for k, b in enumerate(levels, start=1):
+        kind = "unigram" if k == 1 else "target" if k == n else "bigram"
+        plotting.reference_line(ax, float(b), f"{k}-gram (add-α)", kind)
+
+
+def train_simplified(
+    chain: ChainSettings,
+    hidden: HiddenSize,
+    seeds: list[int],
+    training: TrainingSettings,
+    optim: OptimSettings,
+    eps: float,
+    probes: Mapping[str, Probe],
+    ctx: RunContext,
+) -> TrainedEnsemble:
+    """The simplified model (spec C §2.1), one member per seed, trained as one ensemble."""
+    cfg = DisentangledConfig(chain.states, chain.order - 1, training.seq_len, hidden=hidden)
+    model = EnsembleDisentangled(cfg, len(seeds))
+    model.init_members(seeds)
+    objective = LastTokenLawCE(eps=eps)
+    label = ctx.label(f"{len(seeds)} seeds")
+    return train(model, chain, seeds, training, optim, objective, probes, label, ctx.progress)

@@ -1,0 +1,134 @@
+"""Paper C, Fig. 1: stage-wise test loss on a 4-gram task (spec C §4.1).
+
+S = 3, n = 4, T = 128, alpha = 0.5 (inferred from the dashed lines, spec C §1.5), simplified
+model with H = 3 heads; every seed one ensemble member. Plateaus are assigned to k-gram
+levels (spec C §4.0); the heads at each plateau's midpoint record which history (contiguous
+or not, App. F.2) the model uses there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Annotated, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from replicate.config import Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.common import (
+    ChainSettings,
+    OptimSettings,
+    TrainingSettings,
+    history_losses,
+    kgram_levels,
+    member_test_set,
+    train_simplified,
+)
+from replicate.experiments.subngrams.fig6 import plot_loss_and_gradient
+from replicate.experiments.subngrams.stages import (
+    StageSettings,
+    heads_on,
+    mass_probe,
+    max_rise,
+    midpoint_index,
+    stages,
+)
+
+
+class Fig1Settings(Strict):
+    chain: ChainSettings
+    hidden: Literal["S", "D"]
+    seeds: list[int] = Field(min_length=1)
+    training: TrainingSettings
+    optim: OptimSettings
+    eps: Annotated[float, Field(gt=0.0)]
+    stage: StageSettings
+
+
+def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
+    """Fig. 1: plateaus at the k-gram losses in increasing k (F1a-F1d)."""
+    trained = train_simplified(
+        s.chain, s.hidden, s.seeds, s.training, s.optim, s.eps, {"masses": mass_probe}, ctx
+    )
+    steps, losses, masses = trained.eval_steps, trained.test_loss, trained.probes["masses"]
+    refs = history_losses(member_test_set(trained), s.chain, s.eps)
+    levels = kgram_levels(refs)
+    metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
+    rows, per_seed = [], []
+    for i, seed in enumerate(s.seeds):
+        stage = stages(steps, losses[i], levels, s.stage)
+        orders = [o for o in stage.orders if o is not None]
+        inter = [o for o in stage.orders[:-1] if o is not None]
+        final = stage.orders[-1] if stage.plateaus else None
+        values = {
+            "plateaus": float(len(stage.plateaus)),
+            "intermediate": float(len(stage.intermediate)),
+            # spec C §4.1 F1a: >= 2 intermediate plateaus, assigned orders strictly
+            # increasing, 2 and 3 among them (a 2-lag history of any lags sits at b_3)
+            "strict_stages": float(
+                len(stage.intermediate) >= 2
+                and all(a < b for a, b in itertools.pairwise(orders))
+                and {2, 3} <= set(orders)
+            ),
+            # spec C §5 (ci): >= 1 intermediate plateau at k >= 2, the last at k >= 3,
+            # assigned orders never decreasing
+            "reduced_stages": float(
+                any(o >= 2 for o in inter)
+                and final is not None
+                and final >= 3
+                and all(a <= b for a, b in itertools.pairwise(orders))
+            ),
+            "first_order": float(stage.orders[0] or math.inf) if stage.plateaus else math.inf,
+            "max_rise": max_rise(losses[i]),
+            "final_minus_bayes": float(losses[i, -1] - levels[-1]),
+            "final_loss": float(losses[i, -1]),
+        }
+        per_seed.append(values)
+        metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
+        for p, order in zip(stage.plateaus, stage.orders, strict=True):
+            lags = sorted(heads_on(masses[i, midpoint_index(steps, p)], s.stage) - {0})
+            rows.append(
+                {
+                    "seed": seed,
+                    "t0": p.t0,
+                    "t1": p.t1,
+                    "level": p.level,
+                    "order": order,
+                    "head_lags": " ".join(map(str, lags)),
+                }
+            )
+
+    def col(key: str) -> np.ndarray:
+        return np.array([v[key] for v in per_seed])
+
+    metrics |= {
+        "F1a/frac_seeds_strict_stages": float(col("strict_stages").mean()),
+        "F1a/frac_seeds_reduced_stages": float(col("reduced_stages").mean()),
+        "F1b/max_first_plateau_order": float(col("first_order").max()),
+        "F1c/max_rise": float(col("max_rise").max()),
+        "F1d/min_final_minus_bayes": float(col("final_minus_bayes").min()),
+    }
+    curves = pd.DataFrame(
+        [
+            {
+                "seed": seed,
+                "step": int(t),
+                "test_loss": float(losses[i, j]),
+                "grad_norm": float(trained.grad_norm[i, j]),
+            }
+            for i, seed in enumerate(s.seeds)
+            for j, t in enumerate(steps)
+        ]
+    )
+    ctx.save_csv(curves, "curves.csv")
+    ctx.save_csv(pd.DataFrame(rows), "plateaus.csv")
+    ctx.save_csv(refs, "references.csv")
+    title = (
+        f"Paper C, Fig. 1 — {ctx.scale} scale: simplified model, S={s.chain.states}, "
+        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, {len(s.seeds)} seeds"
+    )
+    plot_loss_and_gradient(curves, levels, ctx, title)
+    return metrics

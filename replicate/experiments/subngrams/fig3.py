@@ -1,0 +1,200 @@
+"""Paper C, Fig. 3: evolution of the first-layer heads of the simplified model (spec C §4.3).
+
+S = 5, n = 3, T = 32, alpha = 0.5, d_h = S; every seed is one member of one ensemble.
+(a) test loss with the add-alpha k-gram losses as dashed lines; (b) the heads'
+softmax(A1^(h)) at the paper's three marked steps (nearest evaluations). The first-layer
+maps of every evaluation are saved for Fig. 5 (`histories.pt`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from replicate import plotting
+from replicate.config import Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.common import (
+    ChainSettings,
+    OptimSettings,
+    TrainingSettings,
+    history_losses,
+    kgram_levels,
+    kgram_lines,
+    member_test_set,
+    train_simplified,
+)
+from replicate.experiments.subngrams.stages import (
+    OFFSETS,
+    StageSettings,
+    gradient_ratio,
+    heads_on,
+    index_at,
+    masses_of,
+    midpoint_index,
+    stages,
+)
+
+
+class Fig3Settings(Strict):
+    chain: ChainSettings
+    hidden: Literal["S", "D"]  # d_h of Q Kt (spec C §0.4: "S" reproduces the plateau)
+    seeds: list[int] = Field(min_length=1)
+    training: TrainingSettings  # gradset_sequences > 0: F3e needs population gradients
+    optim: OptimSettings
+    eps: Annotated[float, Field(gt=0.0)]
+    marked_steps: list[int] = Field(min_length=1)  # the paper's t = 115, 5000, 16000
+    stage: StageSettings
+
+
+def _attention(model: torch.nn.Module) -> np.ndarray:
+    return model.first_layer_attention().float().cpu().numpy()
+
+
+def seed_metrics(
+    first_mark: int,
+    steps: np.ndarray,
+    loss: np.ndarray,
+    masses: np.ndarray,
+    pop_grad: np.ndarray,
+    levels: np.ndarray,
+    s: StageSettings,
+) -> Metrics:
+    """F3a-F3e for one seed; masses (n, H, len(OFFSETS)). The plateau of F3b-F3c is the
+    longest one below the n-gram level (the run may end on it: the switch is slow)."""
+    stage = stages(steps, loss, levels, s)
+    longest = stage.longest_below(len(levels))
+    one, two = OFFSETS.index(1), OFFSETS.index(2)
+    out: Metrics = {
+        "plateaus": float(len(stage.plateaus)),
+        "final_loss": float(loss[-1]),
+        "first_mark_max_mass": float(masses[index_at(steps, first_mark)].max()),
+        "pop_grad_ratio": gradient_ratio(steps, pop_grad, stage, smooth=False)[0],
+    }
+    final_on = heads_on(masses[-1], s)
+    out["final_switch"] = float({1, 2} <= final_on)
+    if longest is None:
+        return out | {"plateau_level": math.nan, "plateau_bigram_only": math.nan}
+    mid = masses[midpoint_index(steps, longest)]
+    on = heads_on(mid, s)
+    out |= {
+        "plateau_level": longest.level,
+        "plateau_t0": longest.t0,
+        "plateau_t1": longest.t1,
+        "plateau_order": float(stage.orders[stage.plateaus.index(longest)] or 0),
+        "plateau_bigram_only": float(1 in on and not any(d >= 2 for d in on)),
+        "plateau_both_heads_m1": float((mid[:, one] >= s.threshold).all()),
+        "plateau_margin_1_over_2": float(mid[:, one].max() - mid[:, two].max()),
+        "final_drop": float(longest.level - loss[-1]),
+    }
+    return out
+
+
+def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
+    """Fig. 3: stage-wise loss and first-layer heads of the simplified model (F3a-F3e)."""
+    trained = train_simplified(
+        s.chain, s.hidden, s.seeds, s.training, s.optim, s.eps, {"attention": _attention}, ctx
+    )
+    steps, losses = trained.eval_steps, trained.test_loss
+    attention = trained.probes["attention"]  # (E, n, H, T, T)
+    masses = masses_of(torch.tensor(attention))  # (E, n, H, len(OFFSETS))
+    refs = history_losses(member_test_set(trained), s.chain, s.eps)
+    levels = kgram_levels(refs)
+    pop = (
+        trained.population_grad_norm
+        if s.training.gradset_sequences
+        else np.full_like(losses, np.nan)
+    )
+    per_seed = {
+        seed: seed_metrics(s.marked_steps[0], steps, losses[i], masses[i], pop[i], levels, s.stage)
+        for i, seed in enumerate(s.seeds)
+    }
+    ctx.save_torch(
+        {
+            "seeds": s.seeds,
+            "steps": torch.tensor(steps),
+            "test_loss": torch.tensor(losses),
+            "attention": torch.tensor(attention),
+            "levels": torch.tensor(levels),
+        },
+        "histories.pt",
+    )
+    curves = pd.DataFrame(
+        [
+            {"seed": seed, "step": int(t), "test_loss": float(losses[i, j])}
+            for i, seed in enumerate(s.seeds)
+            for j, t in enumerate(steps)
+        ]
+    )
+    ctx.save_csv(curves, "curves.csv")
+    ctx.save_csv(refs, "references.csv")
+    metrics = _summary(per_seed, levels, s)
+    _plot(s, curves, attention, steps, levels, ctx)
+    return metrics
+
+
+def _summary(per_seed: dict[int, Metrics], levels: np.ndarray, s: Fig3Settings) -> Metrics:
+    metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
+    for seed, values in per_seed.items():
+        metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
+
+    def col(key: str) -> np.ndarray:
+        return np.array([v.get(key, math.nan) for v in per_seed.values()])
+
+    switched = col("final_switch") == 1
+    metrics |= {
+        "F3a/max_mass_at_first_mark": float(col("first_mark_max_mass").max()),
+        "F3b/frac_seeds_bigram_heads_at_plateau": float(np.nanmean(col("plateau_bigram_only"))),
+        "F3b/frac_seeds_both_heads_m1_at_plateau": float(np.nanmean(col("plateau_both_heads_m1"))),
+        "F3c/median_plateau_level": float(np.nanmedian(col("plateau_level"))),
+        "F3d/frac_seeds_switched": float(switched.mean()),
+        "F3d/min_drop_switched": float(col("final_drop")[switched].min())
+        if switched.any()
+        else math.nan,
+        "F3e/max_pop_grad_ratio": float(np.nanmax(col("pop_grad_ratio"))),
+        "final_loss/median": float(np.median(col("final_loss"))),
+    }
+    return metrics
+
+
+def _plot(
+    s: Fig3Settings,
+    curves: pd.DataFrame,
+    attention: np.ndarray,
+    steps: np.ndarray,
+    levels: np.ndarray,
+    ctx: RunContext,
+) -> None:
+    heads = attention.shape[2]
+    marks = [index_at(steps, t) for t in s.marked_steps]
+    fig, axes = plotting.figure(1 + heads, len(marks), width=3.6, height=3.2)
+    ax = axes[0]
+    plotting.per_seed_lines(ax, curves, x="step", y="test_loss", hue="seed")
+    kgram_lines(ax, levels)
+    for j in marks:
+        ax.axvline(steps[j], color="0.6", linewidth=0.8)
+    ax.set(xlabel="training iteration", ylabel="test loss (nats)", title="(a) test loss")
+    ax.legend(fontsize=6)
+    for ax in axes[1 : len(marks)]:
+        ax.axis("off")
+    for h in range(heads):
+        for col, j in enumerate(marks):
+            ax = axes[(1 + h) * len(marks) + col]
+            ax.imshow(attention[0, j, h], cmap="viridis", vmin=0, vmax=1)
+            ax.set(
+                title=f"(b) head {h + 1}, t = {int(steps[j])}",
+                xlabel="key position j",
+                ylabel="query position l",
+            )
+    plotting.finish(
+        fig,
+        f"Paper C, Fig. 3 — {ctx.scale} scale: simplified model, S={s.chain.states}, "
+        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, {len(s.seeds)} seeds "
+        f"(maps: seed {s.seeds[0]})",
+    )
+    ctx.save_figure(fig)

@@ -1,0 +1,167 @@
+"""Paper C, Fig. 4: the general attention-only transformer, one-hot and learned embeddings
+(App. I.1; spec C §4.5).
+
+S = 3, n = 3, T = 32, alpha = 1, d = S + T, heads [2, 1], AdamW (b1 = 0, weight decay
+1e-4), constant lr 0.005. One ensemble per embedding type (their parameter shapes differ),
+one member per seed. Layer 1's attention is input-dependent: its offset masses are averaged
+over a fixed set of test sequences (spec C §4.0).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lightning_modules import LastTokenLawCE
+from replicate import plotting
+from replicate.config import PositiveInt, Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.common import (
+    ChainSettings,
+    OptimSettings,
+    TrainingSettings,
+    fixed_set,
+    history_losses,
+    kgram_levels,
+    kgram_lines,
+    member_test_set,
+    train,
+)
+from replicate.experiments.subngrams.general import (
+    Embedding,
+    MlpKind,
+    attention_mass_probe,
+    general_config,
+)
+from replicate.experiments.subngrams.stages import (
+    Stages,
+    StageSettings,
+    heads_on,
+    midpoint_index,
+    stages,
+)
+from replicate.training import TrainedEnsemble, gpt_ensemble
+
+CLAIMED = {
+    "F4a": "a_bigram_then_trigram",
+    "F4b": "b_bigram_heads",
+    "F4c": "c_final_heads_1_2",
+    "F4d": "all_of_a_c",
+}
+"""Claim -> per-seed indicator (spec C §4.5)."""
+
+
+class Fig4Settings(Strict):
+    chain: ChainSettings
+    embeddings: list[Embedding] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    training: TrainingSettings
+    optim: OptimSettings
+    eps: Annotated[float, Field(gt=0.0)]
+    probe_sequences: PositiveInt  # test sequences the attention masses average over
+    stage: StageSettings
+
+
+def train_general(
+    chain: ChainSettings,
+    embedding: Embedding,
+    mlp: MlpKind,
+    seeds: list[int],
+    training: TrainingSettings,
+    optim: OptimSettings,
+    eps: float,
+    probe_sequences: int,
+    ctx: RunContext,
+) -> TrainedEnsemble:
+    """One ensemble of the general transformer (one member per seed)."""
+    cfg = general_config(chain.states, chain.order, training.seq_len, embedding, mlp)
+    model = gpt_ensemble(cfg, seeds)
+    probe_set = fixed_set(chain.at(training.seq_len), probe_sequences, training.test_seed, "test")
+    return train(
+        model,
+        chain,
+        seeds,
+        training,
+        optim,
+        LastTokenLawCE(eps=eps, output="logits"),
+        {"masses": attention_mass_probe(probe_set.tokens)},
+        ctx.label(f"{embedding} embedding, {len(seeds)} seeds"),
+        ctx.progress,
+    )
+
+
+def order_plateau(stage: Stages, order: int):
+    """The longest intermediate plateau assigned to ``order``, or None."""
+    found = [p for p, o in zip(stage.intermediate, stage.orders, strict=False) if o == order]
+    return max(found, key=lambda p: p.t1 - p.t0, default=None)
+
+
+def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
+    """Fig. 4: uniform heads, a bigram plateau, then one head on the (-2)-token (F4a-F4d)."""
+    metrics: Metrics = {}
+    curves = []
+    levels = np.array([])
+    for embedding in s.embeddings:
+        trained = train_general(
+            s.chain, embedding, "none", s.seeds, s.training, s.optim, s.eps,
+            s.probe_sequences, ctx,
+        )  # fmt: skip
+        steps, losses, masses = trained.eval_steps, trained.test_loss, trained.probes["masses"]
+        refs = history_losses(member_test_set(trained), s.chain, s.eps)
+        levels = kgram_levels(refs)
+        metrics |= {f"{embedding}/kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
+        for i, seed in enumerate(s.seeds):
+            stage = stages(steps, losses[i], levels, s.stage)
+            bigram = order_plateau(stage, 2)
+            on_mid = (
+                heads_on(masses[i, midpoint_index(steps, bigram)], s.stage) if bigram else set()
+            )
+            on_end = heads_on(masses[i, -1], s.stage)
+            values = {
+                "a_bigram_then_trigram": float(bigram is not None and stage.orders[-1] == 3),
+                "b_bigram_heads": float(1 in on_mid and not any(d >= 2 for d in on_mid)),
+                "c_final_heads_1_2": float({1, 2} <= on_end),
+                "bigram_level": bigram.level if bigram else math.nan,
+                "final_loss": float(losses[i, -1]),
+            }
+            parts = (CLAIMED["F4a"], CLAIMED["F4b"], CLAIMED["F4c"])
+            values["all_of_a_c"] = float(all(values[k] == 1.0 for k in parts))
+            metrics |= {f"{embedding}/seed{seed}/{k}": v for k, v in values.items()}
+            curves += [
+                {"embedding": embedding, "seed": seed, "step": int(t), "test_loss": float(loss)}
+                for t, loss in zip(steps, losses[i], strict=True)
+            ]
+        for claim, key in CLAIMED.items():
+            fraction = np.mean([metrics[f"{embedding}/seed{seed}/{key}"] for seed in s.seeds])
+            metrics[f"{claim}/{embedding}/frac_seeds"] = float(fraction)
+    metrics["F4d/min_over_embeddings_frac_seeds"] = min(
+        metrics[f"F4d/{embedding}/frac_seeds"] for embedding in s.embeddings
+    )
+    frame = pd.DataFrame(curves)
+    ctx.save_csv(frame, "curves.csv")
+    _plot(s, frame, levels, ctx)
+    return metrics
+
+
+def _plot(s: Fig4Settings, curves: pd.DataFrame, levels: np.ndarray, ctx: RunContext) -> None:
+    fig, axes = plotting.figure(1, len(s.embeddings))
+    for ax, embedding in zip(axes, s.embeddings, strict=True):
+        part = curves[curves.embedding == embedding]
+        plotting.per_seed_lines(ax, part, x="step", y="test_loss", hue="seed")
+        kgram_lines(ax, levels)
+        ax.set(
+            xlabel="training iteration",
+            ylabel="test loss (nats)",
+            title=f"{embedding} embeddings",
+        )
+        ax.legend(fontsize=6)
+    plotting.finish(
+        fig,
+        f"Paper C, Fig. 4 — {ctx.scale} scale: attention-only transformer, d=S+T, "
+        f"S={s.chain.states}, n={s.chain.order}, T={s.training.seq_len}, {len(s.seeds)} seeds",
+    )
+    ctx.save_figure(fig)

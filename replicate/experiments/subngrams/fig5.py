@@ -1,0 +1,106 @@
+"""Paper C, Fig. 5: first-layer attention at the second plateau over seeds (spec C §4.4).
+
+Derived from Fig. 3 (`upstream: fig3`): reads the saved loss curves and first-layer maps of
+every seed (`histories.pt`) instead of retraining. Per seed: the first step some head is on
+the (-1)-token and on the (-2)-token, and the heads at the midpoint of the longest
+plateau below the n-gram level.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from replicate import plotting
+from replicate.config import Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.stages import (
+    OFFSETS,
+    StageSettings,
+    first_step_on,
+    heads_on,
+    masses_of,
+    midpoint_index,
+    stages,
+)
+
+
+class Fig5Settings(Strict):
+    stage: StageSettings
+
+
+def upstream_histories(ctx: RunContext) -> dict:
+    """What Fig. 3 saved: seeds, steps, test loss, first-layer maps, k-gram levels."""
+    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "histories.pt"
+    return torch.load(path, weights_only=True)
+
+
+def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
+    """Fig. 5: the (-1)-token head forms first, in every seed (F5a-F5c)."""
+    saved = upstream_histories(ctx)
+    steps = saved["steps"].numpy()
+    losses = saved["test_loss"].numpy()
+    levels = saved["levels"].numpy()
+    attention = saved["attention"]
+    masses = masses_of(attention)  # (E, n, H, len(OFFSETS))
+    one, two = OFFSETS.index(1), OFFSETS.index(2)
+    rows, maps = [], []
+    for i, seed in enumerate(saved["seeds"]):
+        stage = stages(steps, losses[i], levels, s.stage)
+        longest = stage.longest_below(len(levels))
+        t1 = first_step_on(steps, masses[i], 1, s.stage)
+        t2 = first_step_on(steps, masses[i], 2, s.stage)
+        row = {"seed": seed, "t_first_on_1": t1, "t_first_on_2": t2, "first_1_before_2": t1 < t2}
+        if longest is None:
+            rows.append(
+                row
+                | {
+                    "plateau_mid": math.nan,
+                    "margin_1_over_2": math.nan,
+                    "both_heads_on_1": math.nan,
+                }
+            )
+            continue
+        j = midpoint_index(steps, longest)
+        mid = masses[i, j]
+        row |= {
+            "plateau_mid": float(steps[j]),
+            "margin_1_over_2": float(mid[:, one].max() - mid[:, two].max()),
+            "both_heads_on_1": float(all(heads_on(m[None], s.stage) == {1} for m in mid)),
+        }
+        rows.append(row)
+        maps.append((seed, int(steps[j]), attention[i, j].numpy()))
+    table = pd.DataFrame(rows)
+    ctx.save_csv(table, "heads.csv")
+    _plot(maps, ctx)
+    return {
+        "F5a/frac_seeds_1_before_2": float(table.first_1_before_2.mean()),
+        "F5b/min_margin_1_over_2": float(table.margin_1_over_2.min()),
+        "F5c/frac_seeds_both_heads_on_1": float(table.both_heads_on_1.mean()),
+        **{f"seed{r['seed']}/margin_1_over_2": r["margin_1_over_2"] for r in rows},
+        **{f"seed{r['seed']}/t_first_on_1": r["t_first_on_1"] for r in rows},
+    }
+
+
+def _plot(maps: list[tuple[int, int, np.ndarray]], ctx: RunContext) -> None:
+    heads = maps[0][2].shape[0] if maps else 1
+    fig, axes = plotting.figure(heads, max(1, len(maps)), width=3.2, height=3.0)
+    for col, (seed, step, att) in enumerate(maps):
+        for h in range(heads):
+            ax = axes[h * len(maps) + col]
+            ax.imshow(att[h], cmap="viridis", vmin=0, vmax=1)
+            ax.set(
+                title=f"seed {seed}, head {h + 1}, t = {step}",
+                xlabel="key position j",
+                ylabel="query position l",
+            )
+    plotting.finish(
+        fig,
+        f"Paper C, Fig. 5 — {ctx.scale} scale: softmax(A1) at the middle of the longest "
+        "sub-n-gram plateau (Fig. 3's runs)",
+    )
+    ctx.save_figure(fig)

@@ -1,0 +1,164 @@
+"""Paper C, Fig. 6: the gradient norm along training of the simplified model (spec C §4.6).
+
+S = 5, n = 3, T = 128, alpha = 0.5 (inferred), d_h = D; every seed one ensemble member. The
+test loss and the minibatch gradient norm (averaged between evaluations, as the authors'
+code) on twin axes, plus the population-gradient norm of spec C §4.0 on a fixed set.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from replicate import plotting
+from replicate.config import Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.common import (
+    ChainSettings,
+    OptimSettings,
+    TrainingSettings,
+    history_losses,
+    kgram_levels,
+    kgram_lines,
+    member_test_set,
+    train_simplified,
+)
+from replicate.experiments.subngrams.stages import (
+    Stages,
+    StageSettings,
+    gradient_ratio,
+    heads_on,
+    mass_probe,
+    midpoint_index,
+    peak_distance,
+    stages,
+)
+
+
+class Fig6Settings(Strict):
+    chain: ChainSettings
+    hidden: Literal["S", "D"]
+    seeds: list[int] = Field(min_length=1)
+    training: TrainingSettings  # gradset_sequences > 0 (F6c)
+    optim: OptimSettings
+    eps: Annotated[float, Field(gt=0.0)]
+    stage: StageSettings
+
+
+def stagewise(stage: Stages, final_order: int) -> bool:
+    """F6a: >= 1 intermediate plateau, all assigned to k < n, then the last assigned to n."""
+    inter = stage.orders[:-1]
+    return (
+        bool(inter)
+        and all(o is not None and o < final_order for o in inter)
+        and (stage.orders[-1] == final_order)
+    )
+
+
+def gradient_metrics(
+    steps: np.ndarray, stage: Stages, minibatch: np.ndarray, population: np.ndarray
+) -> Metrics:
+    """F6b-F6d (spec C §4.6) of one member."""
+    ratio, peak = gradient_ratio(steps, minibatch, stage, smooth=True)
+    pop_ratio, _ = gradient_ratio(steps, population, stage, smooth=False)
+    return {
+        "grad_ratio": ratio,
+        "pop_grad_ratio": pop_ratio,
+        "grad_peak_step": peak,
+        "grad_peak_distance": peak_distance(peak, stage),
+    }
+
+
+def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
+    """Fig. 6: plateaus of low gradient norm, spikes at the transitions (F6a-F6d)."""
+    trained = train_simplified(
+        s.chain, s.hidden, s.seeds, s.training, s.optim, s.eps, {"masses": mass_probe}, ctx
+    )
+    steps, losses = trained.eval_steps, trained.test_loss
+    grads, pop = trained.grad_norm, trained.population_grad_norm
+    masses = trained.probes["masses"]
+    refs = history_losses(member_test_set(trained), s.chain, s.eps)
+    levels = kgram_levels(refs)
+    metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
+    per_seed = []
+    for i, seed in enumerate(s.seeds):
+        stage = stages(steps, losses[i], levels, s.stage)
+        values = gradient_metrics(steps, stage, grads[i], pop[i])
+        longest = stage.longest_intermediate()
+        values |= {
+            "stagewise": float(stagewise(stage, s.chain.order)),
+            "plateaus": float(len(stage.plateaus)),
+            "final_loss": float(losses[i, -1]),
+            "final_order": float(stage.orders[-1] or 0),
+            "plateau_level": longest.level if longest else math.nan,
+            "plateau_heads_bigram": (
+                float(heads_on(masses[i, midpoint_index(steps, longest)], s.stage) == {1})
+                if longest
+                else math.nan
+            ),
+            "final_heads_trigram": float({1, 2} <= heads_on(masses[i, -1], s.stage)),
+        }
+        per_seed.append(values)
+        metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
+
+    def col(key: str) -> np.ndarray:
+        return np.array([v[key] for v in per_seed])
+
+    metrics |= {
+        "F6a/frac_seeds_stagewise": float(col("stagewise").mean()),
+        "F6b/max_grad_ratio": float(np.nanmax(col("grad_ratio"))),
+        "F6c/max_pop_grad_ratio": float(np.nanmax(col("pop_grad_ratio"))),
+        "F6d/max_peak_distance": float(col("grad_peak_distance").max()),
+        "heads/frac_seeds_bigram_heads_on_plateau": float(np.nanmean(col("plateau_heads_bigram"))),
+        "heads/frac_seeds_trigram_heads_at_end": float(col("final_heads_trigram").mean()),
+    }
+    curves = pd.DataFrame(
+        [
+            {
+                "seed": seed,
+                "step": int(t),
+                "test_loss": float(losses[i, j]),
+                "grad_norm": float(grads[i, j]),
+                "population_grad_norm": float(pop[i, j]),
+            }
+            for i, seed in enumerate(s.seeds)
+            for j, t in enumerate(steps)
+        ]
+    )
+    ctx.save_csv(curves, "curves.csv")
+    ctx.save_csv(refs, "references.csv")
+    plot_loss_and_gradient(curves, levels, ctx, f"Paper C, Fig. 6 — {describe(s, ctx)}")
+    return metrics
+
+
+def describe(s: Fig6Settings, ctx: RunContext) -> str:
+    return (
+        f"{ctx.scale} scale: simplified model, S={s.chain.states}, n={s.chain.order}, "
+        f"T={s.training.seq_len}, d_h={s.hidden}, {len(s.seeds)} seeds"
+    )
+
+
+def plot_loss_and_gradient(
+    curves: pd.DataFrame, levels: np.ndarray, ctx: RunContext, title: str
+) -> None:
+    """Test loss (left axis, dashed k-gram lines) and gradient norms (right axis) per seed."""
+    seeds = sorted(curves.seed.unique())
+    fig, axes = plotting.figure(1, len(seeds))
+    for ax, seed in zip(axes, seeds, strict=True):
+        part = curves[curves.seed == seed]
+        ax.plot(part.step, part.test_loss, color="tab:blue", label="test loss")
+        kgram_lines(ax, levels)
+        ax.set(xlabel="training iteration", ylabel="test loss (nats)", title=f"seed {seed}")
+        ax.legend(fontsize=6, loc="upper right")
+        twin = ax.twinx()
+        twin.plot(part.step, part.grad_norm, color="tab:red", alpha=0.7, label="minibatch")
+        if "population_grad_norm" in part:
+            twin.plot(part.step, part.population_grad_norm, color="tab:orange", label="population")
+        twin.set(ylabel="gradient norm")
+        twin.legend(fontsize=6, loc="center right")
+    plotting.finish(fig, title)
+    ctx.save_figure(fig)

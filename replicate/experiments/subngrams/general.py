@@ -1,0 +1,73 @@
+"""Paper C's general transformer (App. I.1; spec C §2.2-2.3) as an `EnsembleGPT` configuration,
+and the offset masses of its input-dependent first-layer attention (spec C §4.0)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+
+from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig
+from replicate.experiments.subngrams.stages import masses_of
+
+Embedding = Literal["onehot", "learned"]
+MlpKind = Literal["none", "mup"]
+
+
+def general_config(
+    states: int, order: int, seq_len: int, embedding: Embedding, mlp: MlpKind
+) -> GPTConfig:
+    """d = S + T; heads [n-1, 1]; per head Q, Kt, V in R^{d x d} (head_dim = d, value width
+    d), heads summed into the residual stream, no 1/sqrt(d) scale, no LayerNorm; all weights
+    N(0, 1/d); readout z = X[T-1] W without bias, W zero-initialised (the authors' code of
+    Feb. 2025, spec C §2.2). ``mlp = "mup"``: X <- X + MLP(delta) with the authors' muLinear
+    MLP of widths [d, d, d], ReLU, last layer zero-initialised (Fig. 7, spec C §2.3)."""
+    d = states + seq_len
+    std = 1.0 / math.sqrt(d)
+    extra = (
+        {"mlp": "none"}
+        if mlp == "none"
+        else {
+            "mlp": "gpt",
+            "mlp_hidden": d,
+            "activation": "relu",
+            "mlp_bias": True,
+            "mlp_param": "mup",
+            "mlp_input": "attention",
+        }
+    )
+    layers = tuple(
+        LayerConfig(n_head=h, head_dim=d, attn_scale=1.0, head_merge="sum", norm="none", **extra)
+        for h in (order - 1, 1)
+    )
+    return GPTConfig(
+        vocab_size=states,
+        n_embd=d,
+        block_size=seq_len,
+        n_layer=2,
+        variant="theory",
+        tied=False,
+        layers=layers,
+        embedding=embedding,
+        final_norm="none",
+        readout_bias=False,
+        std_embedding=std,
+        std_linear=std,
+        std_residual=std,
+        std_readout=0.0,
+    )
+
+
+def attention_mass_probe(tokens: torch.Tensor):
+    """Probe: m_h(delta) (E, H, 4) of layer 1's attention averaged over ``tokens`` (1, B, T)."""
+
+    def probe(model: EnsembleGPT) -> np.ndarray:
+        device = next(model.parameters()).device
+        traces: list[dict[str, torch.Tensor]] = []
+        batch = tokens.to(device).expand(model.ensemble, -1, -1)
+        model(batch, traces)
+        return masses_of(traces[0]["attention"].mean(1))
+
+    return probe

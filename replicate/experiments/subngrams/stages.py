@@ -1,0 +1,138 @@
+"""Stage-wise analysis of paper C's training curves (spec C §4.0): plateaus, their k-gram
+levels, the first-layer heads' offsets and the gradient norm around each transition."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from replicate.analysis import (
+    Plateau,
+    assign_level,
+    detect_plateaus,
+    head_on_offset,
+    offset_masses,
+    running_median,
+)
+from replicate.config import Strict
+
+OFFSETS = (0, 1, 2, 3)  # delta of m_h(delta) (spec C §4.0)
+FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (spec C §4.0)
+
+
+class StageSettings(Strict):
+    """Detector and head thresholds (spec C §4.0): plateaus of >= rho t_max steps; a head is
+    on offset delta when m_h(delta) >= threshold and >= dominance x every other offset."""
+
+    rho: float
+    threshold: float
+    dominance: float
+
+
+def masses_of(attention: torch.Tensor) -> np.ndarray:
+    """m_h(delta) for delta in OFFSETS of first-layer maps (..., T, T): (..., len(OFFSETS))."""
+    return offset_masses(attention.detach(), OFFSETS, FIRST_ROW).double().cpu().numpy()
+
+
+def heads_on(masses: np.ndarray, s: StageSettings) -> set[int]:
+    """The offsets delta some head is on, from (H, len(OFFSETS)) masses."""
+    on = {head_on_offset(row, OFFSETS, s.threshold, s.dominance) for row in masses}
+    return {d for d in on if d is not None}
+
+
+@dataclass(frozen=True)
+class Stages:
+    """One member's plateaus and their assigned k-gram orders (None: no band matches)."""
+
+    plateaus: list[Plateau]
+    orders: list[int | None]
+    t_max: float
+
+    @property
+    def intermediate(self) -> list[Plateau]:
+        """Every plateau but the last (the last usually ends at t_max: convergence)."""
+        return self.plateaus[:-1]
+
+    def longest_intermediate(self) -> Plateau | None:
+        return max(self.intermediate, key=lambda p: p.t1 - p.t0, default=None)
+
+    def longest_below(self, order: int) -> Plateau | None:
+        """The longest plateau not assigned to ``order`` (n: a sub-n-gram plateau), the last
+        one included: a run that ends before its last transition ends on such a plateau."""
+        below = [p for p, o in zip(self.plateaus, self.orders, strict=True) if o != order]
+        return max(below, key=lambda p: p.t1 - p.t0, default=None)
+
+
+def stages(
+    steps: np.ndarray, loss: np.ndarray, baselines: Sequence[float], s: StageSettings
+) -> Stages:
+    """Plateaus of one test-loss curve and their k-gram orders (spec C §4.0); no plateau is
+    assigned when the k-gram losses are not strictly decreasing (a test set too small to
+    order them)."""
+    plateaus = detect_plateaus(steps, loss, rho=s.rho)
+    ordered = all(a > b for a, b in itertools.pairwise(baselines))
+    orders = [assign_level(p.level, baselines) if ordered else None for p in plateaus]
+    return Stages(plateaus, orders, float(steps[-1] - steps[0]))
+
+
+def index_at(steps: np.ndarray, step: float) -> int:
+    """Evaluation index nearest to ``step``."""
+    return int(np.abs(steps - step).argmin())
+
+
+def midpoint_index(steps: np.ndarray, plateau: Plateau) -> int:
+    return index_at(steps, 0.5 * (plateau.t0 + plateau.t1))
+
+
+def first_step_on(steps: np.ndarray, masses: np.ndarray, delta: int, s: StageSettings) -> float:
+    """First evaluation step at which some head is on ``delta`` (inf if never); masses (n, H, .)."""
+    for step, m in zip(steps, masses, strict=True):
+        if delta in heads_on(m, s):
+            return float(step)
+    return math.inf
+
+
+def gradient_ratio(
+    steps: np.ndarray, norms: np.ndarray, stage: Stages, smooth: bool
+) -> tuple[float, float]:
+    """(max over intermediate plateaus of g_med / g_max, step of the overall maximum).
+
+    g_med: median norm on a plateau; g_max: maximum (of the running median when
+    ``smooth``) over [t1 - 0.02 t_max, t0_next + 0.02 t_max] of the transition that follows
+    (spec C §4.6, F6b-F6d). NaN ratio when no plateau is followed by a transition.
+    """
+    curve = running_median(norms) if smooth else np.asarray(norms)
+    margin = 0.02 * stage.t_max
+    ratios = []
+    for p, q in itertools.pairwise(stage.plateaus):
+        on = (steps >= p.t0) & (steps <= p.t1)
+        window = (steps >= p.t1 - margin) & (steps <= q.t0 + margin)
+        ratios.append(float(np.median(norms[on]) / curve[window].max()))
+    peak = float(steps[int(np.argmax(curve))])
+    return (max(ratios) if ratios else math.nan), peak
+
+
+def mass_probe(model: torch.nn.Module) -> np.ndarray:
+    """Probe: m_h(delta) (E, H, len(OFFSETS)) of a disentangled model's first layer."""
+    return masses_of(model.first_layer_attention())
+
+
+def max_rise(loss: np.ndarray) -> float:
+    """Largest increase of the running-median curve above its running minimum (F1c)."""
+    smooth = running_median(loss)
+    return float((smooth - np.minimum.accumulate(smooth)).max())
+
+
+def peak_distance(peak: float, stage: Stages) -> float:
+    """Distance (fraction of t_max) from ``peak`` to the nearest transition [t1, t0_next]
+    (0 inside one; inf without transitions), F6d."""
+    gaps = [
+        max(0.0, p.t1 - peak, peak - q.t0) / stage.t_max
+        for p, q in itertools.pairwise(stage.plateaus)
+    ]
+    return min(gaps, default=math.inf)

@@ -1,0 +1,199 @@
+"""Paper C, Thm. 4.2: the population-gradient norm at theta_*^k (spec C §3.4-3.5, experiment G).
+
+For each context length T, every point (k, c) of the grid, the random initialisation
+theta_rand and theta_mid = (theta_*^2 + theta_*^3)/2 is one member of a single float64
+`EnsembleDisentangled` ensemble (d_h = D), evaluated on one common set of N sequences
+(common random numbers); the unbiased estimator of ||E grad L|| and its noise floor come
+from M chunks (spec C §3.5), for each loss epsilon (1e-8 as the authors' code, 1e-300 as
+the exact cross-entropy).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Annotated
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
+from lightning_modules.ensemble_module import population_grad_norm
+from lightning_modules.objectives import LastTokenLawCE
+from replicate import plotting
+from replicate.config import PositiveInt, Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.common import ChainSettings, expand, fixed_set
+from replicate.theory.subngrams import set_construction
+
+
+class Thm42Settings(Strict):
+    chain: ChainSettings
+    seq_lens: list[PositiveInt] = Field(min_length=2)
+    scales: list[Annotated[float, Field(gt=0.0)]] = Field(min_length=1)
+    diagonal: bool  # also c = T/2 (spec C §3.5 grid)
+    reference_scale: Annotated[float, Field(gt=0.0)]  # c of G2-G4 and of theta_mid
+    eps: list[Annotated[float, Field(gt=0.0)]] = Field(min_length=2)  # [primary, ~exact CE]
+    sequences: PositiveInt
+    chunks: Annotated[int, Field(ge=16)]  # M (spec C §3.5: M >= 16)
+    seed: int  # gradient set (common to every point) and theta_rand
+    g2_min_seq_len: PositiveInt  # G2/G3 use T >= this
+    g5_max_seq_len: PositiveInt  # G5 uses T <= this
+    g5_low_scale: Annotated[float, Field(gt=0.0)]  # G5 compares c = reference_scale with this
+
+
+def _points(s: Thm42Settings, seq_len: int) -> list[tuple[str, int, float]]:
+    """(label, k, c) of every member: theta_*^k for k = 1..n and each c, then rand and mid."""
+    scales = sorted({*s.scales, *([seq_len / 2] if s.diagonal else [])})
+    points = [("star", k, c) for k in range(1, s.chain.order + 1) for c in scales]
+    return [*points, ("rand", 0, 0.0), ("mid", 0, s.reference_scale)]
+
+
+def _build(s: Thm42Settings, seq_len: int, points: list[tuple[str, int, float]]):
+    cfg = DisentangledConfig(s.chain.states, s.chain.order - 1, seq_len, hidden="D")
+    model = EnsembleDisentangled(cfg, len(points), dtype=torch.float64)
+    model.init_members([s.seed] * len(points))
+    mid = EnsembleDisentangled(cfg, 2, dtype=torch.float64)
+    set_construction(mid, 0, 2, s.reference_scale)
+    set_construction(mid, 1, 3, s.reference_scale)
+    with torch.no_grad():
+        for i, (label, k, c) in enumerate(points):
+            if label == "star":
+                set_construction(model, i, k, c)
+            elif label == "mid":
+                for mine, theirs in zip(model.parameters(), mid.parameters(), strict=True):
+                    mine[i] = theirs.mean(0)
+    return model
+
+
+def gradient_table(s: Thm42Settings) -> pd.DataFrame:
+    """One row per (T, point, eps): population-gradient norm, noise floor and loss."""
+    rows = []
+    for seq_len in s.seq_lens:
+        points = _points(s, seq_len)
+        model = _build(s, seq_len, points)
+        batch = expand(
+            fixed_set(s.chain.at(seq_len), s.sequences, s.seed, "gradset"),
+            len(points),
+            torch.float64,
+        )
+        for eps in s.eps:
+            objective = LastTokenLawCE(eps=eps)
+            norm, floor = population_grad_norm(model, objective, batch, s.chunks)
+            loss = objective.test_loss(model, batch, s.sequences // s.chunks)
+            for i, (label, k, c) in enumerate(points):
+                rows.append(
+                    {
+                        "T": seq_len,
+                        "point": label,
+                        "k": k,
+                        "c": c,
+                        "eps": eps,
+                        "grad_norm": float(norm[i]),
+                        "noise_floor": float(floor[i]),
+                        "loss": float(loss[i]),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _max(values) -> float:
+    """Largest value, NaN when the grid has no cell the assertion applies to."""
+    return float(np.max(values)) if len(values) else math.nan
+
+
+def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
+    """G1-G5 of spec C §3.5 as numbers (thresholds live in params.yaml)."""
+    primary, exact = s.eps[0], s.eps[-1]
+    star = table[table.point == "star"]
+    main = star[star.eps == primary]
+    c_ref = s.reference_scale
+    big_t = main[(main["T"] >= s.g2_min_seq_len) & (main.k >= 2)]
+    g2 = big_t[big_t.c >= c_ref]
+    above = np.where(g2.grad_norm > 2 * g2.noise_floor, g2.grad_norm, 0.0)
+
+    def norm_at(point: str, seq_len: int) -> float:
+        row = table[(table.point == point) & (table["T"] == seq_len) & (table.eps == primary)]
+        return float(row.grad_norm.iloc[0])
+
+    ratios_rand, ratios_mid = [], []
+    for _, row in big_t[big_t.c == c_ref].iterrows():
+        ratios_rand.append(row.grad_norm / norm_at("rand", row["T"]))
+        ratios_mid.append(row.grad_norm / norm_at("mid", row["T"]))
+
+    def cell(frame: pd.DataFrame, seq_len: int, k: int, c: float) -> pd.Series:
+        return frame[(frame["T"] == seq_len) & (frame.k == k) & (frame.c == c)].iloc[0]
+
+    t_min, t_max = min(s.seq_lens), max(s.seq_lens)
+    trend = []
+    for k in range(2, s.chain.order + 1):
+        lo, hi = cell(main, t_min, k, c_ref), cell(main, t_max, k, c_ref)
+        trend.append(hi.grad_norm - lo.grad_norm - 2 * max(hi.noise_floor, lo.noise_floor))
+    steps = []
+    if s.diagonal:
+        diag_t = [t for t in sorted(s.seq_lens) if t >= 64]
+        for k in range(2, s.chain.order + 1):
+            for a, b in itertools.pairwise(diag_t):
+                lo, hi = cell(main, a, k, a / 2), cell(main, b, k, b / 2)
+                steps.append(hi.grad_norm - lo.grad_norm - 2 * max(hi.noise_floor, lo.noise_floor))
+    metrics: Metrics = {
+        "G1/max_grad_norm_k1": float(star[star.k == 1].grad_norm.max()),
+        "G2/max_grad_norm_above_2floor": _max(above),
+        "G3/max_ratio_to_rand": _max(ratios_rand),
+        "G3/max_ratio_to_mid": _max(ratios_mid),
+        "G4/max_excess_Tmax_over_Tmin": _max(trend),
+        "G4/max_increase_along_diagonal": _max(steps),
+    }
+    ex = star[(star.eps == exact) & (star.k == s.chain.order) & (star["T"] <= s.g5_max_seq_len)]
+    g5 = [
+        cell(ex, t, s.chain.order, c_ref).grad_norm
+        / cell(ex, t, s.chain.order, s.g5_low_scale).grad_norm
+        for t in sorted(set(ex["T"]))
+    ]
+    metrics["G5/min_ratio_high_to_low_c_exact_ce"] = float(min(g5))
+    return metrics
+
+
+def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
+    """Gradient-norm table at theta_*^k, claims G1-G5 (spec C §3.5)."""
+    table = gradient_table(s)
+    ctx.save_csv(table, "gradients.csv")
+    metrics = _assertions(s, table)
+    for row in table.itertuples():
+        key = f"T{row.T}/{row.point}" + (f"_k{row.k}" if row.point == "star" else "")
+        key += f"/c{row.c:g}/eps{row.eps:g}"
+        metrics[f"{key}/grad_norm"] = row.grad_norm
+        metrics[f"{key}/noise_floor"] = row.noise_floor
+        metrics[f"{key}/loss"] = row.loss
+    _plot(s, table, ctx)
+    return metrics
+
+
+def _plot(s: Thm42Settings, table: pd.DataFrame, ctx: RunContext) -> None:
+    fig, axes = plotting.figure(1, len(s.eps))
+    star = table[(table.point == "star") & (table.k >= 2)].copy()
+    star["theta"] = "k=" + star.k.astype(str) + ", T=" + star["T"].astype(str)
+    for ax, eps in zip(axes, s.eps, strict=True):
+        part = star[star.eps == eps]
+        for (k, seq_len), group in part.groupby(["k", "T"]):
+            group = group.sort_values("c")
+            ax.errorbar(
+                group.c, group.grad_norm, yerr=group.noise_floor, marker="o", capsize=2,
+                label=f"θ*^{k}, T={seq_len}",
+            )  # fmt: skip
+        ax.set(
+            xscale="log",
+            xlabel="construction scale c",
+            ylabel="population gradient norm ||E ∇L||",
+            title=f"loss -Σ y log(f + {eps:g})",
+        )
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.legend(fontsize=7)
+    plotting.finish(
+        fig,
+        f"Paper C, Thm. 4.2 — {ctx.scale} scale: gradient norm at θ*^k "
+        f"(S={s.chain.states}, n={s.chain.order}, N={s.sequences}, M={s.chunks}; k=1 is 0)",
+    )
+    ctx.save_figure(fig)

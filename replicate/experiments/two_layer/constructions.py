@@ -1,0 +1,270 @@
+"""Paper D, Sec. 3-4 and App. A-B: the explicit constructions compute the k-gram estimate.
+
+Every construction of `replicate.theory.two_layer.constructions` is materialised as an
+`EnsembleGPT` (members = (k, c) points) and run on sequences of Dirichlet(1) kernels; its
+output is compared with the shared conditional k-gram estimator (spec D §3.5-§3.6,
+D-CON-1..5) at every position where the estimator is defined (I_n non-empty, n >= k + 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from replicate import plotting
+from replicate.analysis import kgram_estimate, order_lags
+from replicate.config import PositiveInt, Strict
+from replicate.experiments.base import Metrics, RunContext
+from replicate.markov import InContextSource
+from replicate.theory.two_layer.constructions import Layout, Member, build, triadic_normaliser
+
+GATED = ("2l2h", "2l1h", "3l1h")
+
+
+class UngatedSettings(Strict):
+    states: PositiveInt
+    orders: list[PositiveInt]
+    lengths: list[PositiveInt] = Field(min_length=2)
+    sequences: PositiveInt
+    temperature: float = Field(gt=0.0)
+
+
+class ConstructionSettings(Strict):
+    states: list[PositiveInt]
+    orders: list[PositiveInt]
+    lengths: list[PositiveInt]
+    sequences: PositiveInt
+    temperatures: list[float] = Field(min_length=2)  # increasing; the last one is D-CON-1's c
+    big: float = Field(gt=0.0)  # C, the "-infinity" outside the layer-1 windows
+    ungated: UngatedSettings
+    seed: int = Field(ge=0)
+
+
+def _tokens(states: int, order: int, length: int, count: int, seed: int) -> torch.Tensor:
+    source = InContextSource(states, order, 1.0)
+    gen = torch.Generator().manual_seed(seed * 1000 + 100 * states + 10 * order + length)
+    return source.sample(count, length, gen)[0]
+
+
+def _errors(output: torch.Tensor, tokens: torch.Tensor, order: int) -> torch.Tensor:
+    """max_s |Pr - p_hat_k| at every position where p_hat_k is defined: (positions,)."""
+    estimate = kgram_estimate(tokens, order_lags(order), int(output.shape[-1]))
+    defined = ~estimate.isnan().any(-1)
+    return (output.double() - estimate).abs().amax(-1)[defined]
+
+
+def _expected_blocks(tokens: torch.Tensor, order: int, states: int) -> dict[str, torch.Tensor]:
+    """u-hat, v-hat, e_{x_{n-k}} and r at positions n >= k + 1 (spec D §3.3, D-CON-3)."""
+    one_hot = torch.nn.functional.one_hot(tokens, states).double()
+    length = tokens.shape[1]
+    rows = torch.arange(order, length)
+
+    def triadic(offsets: range) -> torch.Tensor:
+        total = sum(3.0**m * one_hot[:, rows - m] for m in offsets)
+        return total / total.norm(dim=-1, keepdim=True)
+
+    return {
+        "uhat": triadic(range(order)),
+        "vhat": triadic(range(1, order + 1)),
+        "mask": one_hot[:, rows - order],
+        "r": torch.full(
+            (tokens.shape[0], rows.numel()),
+            3.0**order / triadic_normaliser(order),
+            dtype=torch.float64,
+        ),
+    }
+
+
+def _intermediates(
+    states: int, order: int, length: int, tokens: torch.Tensor, big: float
+) -> dict[str, float]:
+    """D-CON-3 on the 2L1H construction: max deviation of each block from its formula."""
+    model = build("2l1h", states, length, [Member(order, 1e4, big)])
+    traces: list[dict[str, torch.Tensor]] = []
+    with torch.no_grad():
+        model(tokens[None], traces)
+    stream = traces[-1]["input"][0]  # the input of layer 2
+    layout = Layout(states)
+    expected = _expected_blocks(tokens, order, states)
+    rows = slice(order, length)
+    att = traces[0]["attention"][0, :, 0]
+    z = triadic_normaliser(order)
+    n = torch.arange(order, length)
+    weights = torch.stack([att[:, n, n - m] for m in range(1, order + 1)], dim=-1)
+    target = torch.tensor([3.0**m / z for m in range(1, order + 1)], dtype=torch.float64)
+    outside = att[:, rows].sum(-1) - weights.sum(-1)
+    return {
+        "mask": float((stream[:, rows, layout.block("mask")] - expected["mask"]).abs().max()),
+        "uhat": float((stream[:, rows, layout.block("uhat")] - expected["uhat"]).abs().max()),
+        "vhat": float((stream[:, rows, layout.block("vhat")] - expected["vhat"]).abs().max()),
+        "r": float((stream[:, rows, layout.r] - expected["r"]).abs().max()),
+        "r_early": float(stream[:, :order, layout.r].abs().max()),
+        "layer1_weights": float((weights - target).abs().max()),
+        "layer1_outside": float(outside.abs().max()),
+    }
+
+
+def _structure(states: int, length: int) -> dict[str, float]:
+    """D-CON-4: sublayers, biased sublayers and ReLU sublayers of the 2L1H / ungated MLPs."""
+    out: dict[str, float] = {}
+    for kind in ("2l1h", "ungated"):
+        cfg = build(kind, states, length, [Member(1, 1e4)]).cfg.layer(0)
+        subs = cfg.sublayers
+        out[f"{kind}/sublayers"] = float(len(subs))
+        out[f"{kind}/biased_sublayers"] = float(sum(s.bias for s in subs))
+        out[f"{kind}/bias_in_first"] = float(subs[0].bias)
+        out[f"{kind}/relu_sublayers"] = float(sum(s.activation == "relu" for s in subs))
+        out[f"{kind}/relu_in_first"] = float(subs[0].activation == "relu")
+    return out
+
+
+def constructions(s: ConstructionSettings, ctx: RunContext) -> Metrics:
+    """D-CON-1..5 (spec D §3.5, §3.6)."""
+    points = [(k, c) for k in s.orders for c in s.temperatures]
+    rows = []
+    for kind in GATED:
+        for states in s.states:
+            for length in s.lengths:
+                data = [_tokens(states, k, length, s.sequences, s.seed) for k, _ in points]
+                members = [Member(k, c, s.big) for k, c in points]
+                for dtype in (torch.float64, torch.float32):
+                    if dtype == torch.float32:  # float32 only at the largest temperature
+                        keep = [i for i, (_, c) in enumerate(points) if c == s.temperatures[-1]]
+                    else:
+                        keep = list(range(len(points)))
+                    model = build(kind, states, length, [members[i] for i in keep], dtype)
+                    with torch.no_grad():
+                        out = model(torch.stack([data[i] for i in keep]))
+                    for j, i in enumerate(keep):
+                        err = _errors(out[j], data[i], points[i][0])
+                        rows.append(
+                            {
+                                "construction": kind,
+                                "states": states,
+                                "T": length,
+                                "order": points[i][0],
+                                "c": points[i][1],
+                                "dtype": str(dtype).removeprefix("torch."),
+                                "max_error": float(err.max()),
+                                "mean_error": float(err.mean()),
+                                "positions": int(err.numel()),
+                            }
+                        )
+    frame = pd.DataFrame(rows)
+    metrics = _gated_metrics(frame, s)
+    checks = [
+        {
+            "states": st,
+            "order": k,
+            **_intermediates(
+                st, k, max(s.lengths), _tokens(st, k, max(s.lengths), s.sequences, s.seed), s.big
+            ),
+        }
+        for st in s.states
+        for k in s.orders
+    ]
+    check_frame = pd.DataFrame(checks)
+    for name in ("mask", "uhat", "vhat", "r", "r_early", "layer1_weights", "layer1_outside"):
+        metrics[f"con3/max_{name}"] = float(check_frame[name].max())
+    metrics.update({f"con4/{k}": v for k, v in _structure(min(s.states), min(s.lengths)).items()})
+    ungated = _ungated(s)
+    metrics.update(_ungated_metrics(ungated, s.ungated))
+    ctx.save_csv(frame, "errors.csv")
+    ctx.save_csv(check_frame, "intermediates.csv")
+    ctx.save_csv(ungated, "ungated.csv")
+    _plot(frame, ungated, s, ctx)
+    return metrics
+
+
+def _gated_metrics(frame: pd.DataFrame, s: ConstructionSettings) -> Metrics:
+    top = s.temperatures[-1]
+    metrics: Metrics = {}
+    for kind in GATED:
+        sub = frame[frame.construction == kind]
+        f64, f32 = sub[sub.dtype == "float64"], sub[sub.dtype == "float32"]
+        metrics[f"con1/{kind}/max_error_f64"] = float(f64[f64.c == top].max_error.max())
+        metrics[f"con1/{kind}/max_error_f32"] = float(f32.max_error.max())
+        low = f64[(f64.c == s.temperatures[0]) & (f64.order >= 2)]
+        metrics[f"con2/{kind}/min_error_lowest_c_k23"] = float(low.max_error.min())
+        increases = [
+            np.diff(g.sort_values("c").max_error.to_numpy()).max()
+            for _, g in f64.groupby(["states", "T", "order"])
+        ]
+        metrics[f"con2/{kind}/max_error_increase_along_c"] = float(max(increases))
+    for key in ("max_error_f64", "max_error_f32"):
+        metrics[f"con1/{key}"] = max(metrics[f"con1/{k}/{key}"] for k in GATED)
+    metrics["con2/min_error_lowest_c_k23"] = min(
+        metrics[f"con2/{k}/min_error_lowest_c_k23"] for k in GATED
+    )
+    metrics["con2/max_error_increase_along_c"] = max(
+        metrics[f"con2/{k}/max_error_increase_along_c"] for k in GATED
+    )
+    return metrics
+
+
+def _ungated(s: ConstructionSettings) -> pd.DataFrame:
+    """D-CON-5: mean and max error of the ungated variant over T (spec D §3.6)."""
+    u = s.ungated
+    rows = []
+    for length in u.lengths:
+        members = [Member(k, u.temperature, s.big) for k in u.orders]
+        model = build("ungated", u.states, length, members)
+        data = [_tokens(u.states, k, length, u.sequences, s.seed) for k in u.orders]
+        with torch.no_grad():
+            out = model(torch.stack(data))
+        for j, k in enumerate(u.orders):
+            err = _errors(out[j], data[j], k)
+            rows.append(
+                {
+                    "T": length,
+                    "order": k,
+                    "mean_error": float(err.mean()),
+                    "max_error": float(err.max()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _ungated_metrics(frame: pd.DataFrame, u: UngatedSettings) -> Metrics:
+    metrics: Metrics = {}
+    for k, g in frame.groupby("order"):
+        g = g.sort_values("T")
+        metrics[f"con5/k{k}/min_decrease_over_T"] = float(-np.diff(g.mean_error.to_numpy()).max())
+        metrics[f"con5/k{k}/mean_error_longest"] = float(g.mean_error.iloc[-1])
+        for length, value in zip(g["T"], g.mean_error, strict=True):
+            metrics[f"con5/k{k}/T{length}/mean_error"] = float(value)
+    return metrics
+
+
+def _plot(
+    frame: pd.DataFrame, ungated: pd.DataFrame, s: ConstructionSettings, ctx: RunContext
+) -> None:
+    fig, axes = plotting.figure(1, 2)
+    f64 = frame[(frame.dtype == "float64") & (frame["T"] == max(s.lengths))]
+    worst = f64.groupby(["construction", "order", "c"], as_index=False).max_error.max()
+    for (kind, k), g in worst.groupby(["construction", "order"]):
+        axes[0].loglog(g.c, g.max_error.clip(lower=1e-17), "o-", label=f"{kind}, k = {k}")
+    axes[0].axhline(1e-6, color="black", linestyle=":", label="D-CON-1 bound 1e-6")
+    axes[0].set(
+        title=f"(a) max |Pr - p_hat_k| vs temperature c (T = {max(s.lengths)}, S in {s.states})",
+        xlabel="temperature c",
+        ylabel="max error (floored at 1e-17)",
+    )
+    axes[0].legend(fontsize=6, ncol=2)
+    for k, g in ungated.groupby("order"):
+        axes[1].loglog(g["T"], g.mean_error, "o-", label=f"mean, k = {k}")
+        axes[1].loglog(g["T"], g.max_error, "s:", label=f"max, k = {k}")
+    axes[1].axhline(0.02, color="black", linestyle=":", label="D-CON-5 bound 0.02 (k = 2)")
+    axes[1].set(
+        title=f"(b) ungated (LN after Q/K) variant: biased k-gram, c = {s.ungated.temperature:g}",
+        xlabel="sequence length T",
+        ylabel="error vs p_hat_k",
+    )
+    axes[1].legend(fontsize=7)
+    plotting.finish(
+        fig,
+        f"Paper D, Sec. 3-4 / App. A-B constructions ({ctx.scale} scale, C = {s.big:g})",
+    )
+    ctx.save_figure(fig)

@@ -1,0 +1,196 @@
+"""Paper D's trainable model ("D-arch", spec D §2.3), its training and its evaluation.
+
+D-arch [C facts + PROPOSAL]: token embedding without absolute positions; layer 1 = one
+causal softmax head with relative positions on keys and values (``value_rpe=False``: keys
+only, the authors' code) followed by the three-sublayer MLP of App. B.1 (`MLP_three_layers`:
+h1 = h0 + LN(ReLU(W1 h0 + b1)), h2 = h0 + LN(W2 h1), h3 = h2 + LN(W3 h2), affine LN);
+layer 2 = one attention head without PE or MLP; untied readout with bias. The one-layer
+baseline of Table 2 is layer 1 + MLP + readout.
+
+Evaluation (spec D §1.3, §5): a fixed set of sequences, each with its own Dirichlet(1)
+kernel, paired references on the same sequences: L_true (the true kernel), the Laplace
+(add-1) order-k estimator (the Bayes predictor), the model's next-token CE; attention maps
+from the forward traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from lightning_modules import Member, NextTokenCE, OptimConfig
+from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+from replicate.analysis import kgram_estimate, match_matrix, next_token_nll, order_lags
+from replicate.config import OptimSettings, PositiveInt, Strict, TrainingSettings
+from replicate.experiments.base import RunContext
+from replicate.markov import InContextSource
+from replicate.markov.incontext import true_next_token_nll
+from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
+
+
+class ArchSettings(Strict):
+    """D-arch switches (spec D §2.3)."""
+
+    n_embd: PositiveInt
+    value_rpe: bool  # relative PE on values too (paper's formalism) or keys only (code)
+    init_std: float = Field(gt=0.0)
+
+
+class ClippedOptimSettings(OptimSettings):
+    """AdamW + one-cycle cosine with per-member gradient clipping (spec D §5)."""
+
+    clip_norm: float = Field(gt=0.0)
+
+
+class EvalSettings(Strict):
+    """The paired evaluation set (spec D §5: 4096 sequences, ci 2000; one kernel each)."""
+
+    sequences: PositiveInt
+    seed: int = Field(ge=0)
+    map_sequences: PositiveInt  # sequences whose attention maps are kept (traces are T x T)
+
+
+def darch_config(arch: ArchSettings, states: int, seq_len: int, layers: int) -> GPTConfig:
+    """The D-arch `GPTConfig` with ``layers`` = 2 (the model) or 1 (Table 2's baseline)."""
+    mlp = (
+        SublayerConfig(bias=True, activation="relu", norm="affine", skip="prev"),
+        SublayerConfig(activation="identity", norm="affine", skip="input"),
+        SublayerConfig(activation="identity", norm="affine", skip="prev"),
+    )
+    first = LayerConfig(
+        n_head=1,
+        rel_pe="key_value" if arch.value_rpe else "key",
+        mlp="sublayers",
+        sublayers=mlp,
+    )
+    second = LayerConfig(n_head=1, mlp="none")
+    return GPTConfig(
+        vocab_size=states,
+        n_embd=arch.n_embd,
+        block_size=seq_len,
+        n_layer=layers,
+        tied=False,
+        init_std=arch.init_std,
+        layers=(first, second)[:layers],
+        position=False,
+        final_norm="none",
+        readout_bias=True,
+    )
+
+
+def optim_config(o: ClippedOptimSettings) -> OptimConfig:
+    return OptimConfig(
+        lr=o.lr,
+        beta1=o.beta1,
+        beta2=o.beta2,
+        weight_decay=o.weight_decay,
+        schedule=o.schedule,
+        pct_start=o.pct_start,
+        div_factor=o.div_factor,
+        final_div_factor=o.final_div_factor,
+        clip_norm=o.clip_norm,
+    )
+
+
+def train_darch(
+    cfg: GPTConfig,
+    sources: list[InContextSource],
+    seeds: list[int],
+    training: TrainingSettings,
+    optim: ClippedOptimSettings,
+    ctx: RunContext,
+    label: str,
+) -> TrainedEnsemble:
+    """Train one ensemble, member i on ``sources[i]`` from ``seeds[i]`` (NextTokenCE)."""
+    plan = TrainingPlan(
+        steps=training.steps,
+        batch_size=training.batch_size,
+        seq_len=training.seq_len,
+        eval_every=training.eval_every,
+        test_sequences=training.test_sequences,
+        test_seed=training.test_seed,
+    )
+    members = [Member(source, seed) for source, seed in zip(sources, seeds, strict=True)]
+    return train_ensemble(
+        gpt_ensemble(cfg, seeds),
+        members,
+        plan,
+        optim_config(optim),
+        ctx.label(label),
+        objective=NextTokenCE(),
+        progress=ctx.progress,
+    )
+
+
+def load_models(state: dict[str, torch.Tensor], cfg: GPTConfig) -> EnsembleGPT:
+    """An `EnsembleGPT` with the saved ``state`` (its ensemble size read off the weights)."""
+    model = EnsembleGPT(cfg, int(state["lm_head.bias"].shape[0]))
+    model.load_state_dict(state)
+    return model.eval()
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Paired evaluation sequences (T + 1 tokens) and their per-sequence references."""
+
+    tokens: torch.Tensor  # (B, T + 1) what the model sees
+    kernels: torch.Tensor  # (B, S**k, S) the clean kernel P of each sequence
+    true_nll: torch.Tensor  # (B,) L_true on the clean path of the same kernels
+    laplace_nll: torch.Tensor  # (B,) add-1 order-k estimator on ``tokens``
+    order: int
+
+    def match(self, count: int) -> torch.Tensor:
+        """I_n of the inputs x_{1:T} of the first ``count`` sequences (B, T, T) (spec D §5)."""
+        return match_matrix(self.tokens[:count, :-1], order_lags(self.order))
+
+
+def eval_set(source: InContextSource, seq_len: int, e: EvalSettings) -> EvalSet:
+    """Draw the evaluation set of ``source``; L_true uses the clean path and kernel P, the
+    clean-source reference of spec D §5.7/§5.8 (= the usual L_true without noise)."""
+    drawn = source.draw(e.sequences, seq_len + 1, torch.Generator().manual_seed(e.seed))
+    laplace = kgram_estimate(drawn.tokens, order_lags(source.order), source.states, alpha=1.0)
+    return EvalSet(
+        tokens=drawn.tokens,
+        kernels=drawn.kernels,
+        true_nll=true_next_token_nll(drawn.kernels, drawn.clean).mean(-1),
+        laplace_nll=next_token_nll(laplace, drawn.tokens).mean(-1),
+        order=source.order,
+    )
+
+
+@torch.no_grad()
+def model_nll(model: torch.nn.Module, tokens: torch.Tensor, chunk: int = 500) -> torch.Tensor:
+    """(E, B) mean next-token CE per sequence of every member on (B, T + 1) ``tokens``."""
+    e = model.lm_head.bias.shape[0]
+    parts = []
+    for part in tokens.split(chunk):
+        batch = part[None].expand(e, -1, -1)
+        logp = model(batch[..., :-1]).double().log_softmax(-1)
+        parts.append(-logp.gather(-1, batch[..., 1:, None]).squeeze(-1).mean(-1))
+    return torch.cat(parts, dim=1)
+
+
+@torch.no_grad()
+def attention_maps(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Per layer, the (E, B, T, T) attention of head 0 on the inputs x_{1:T} of ``tokens``."""
+    e = model.lm_head.bias.shape[0]
+    traces: list[dict[str, torch.Tensor]] = []
+    model(tokens[None, :, :-1].expand(e, -1, -1), traces)
+    return [t["attention"][:, :, 0].double() for t in traces]
+
+
+def excess_stats(model: torch.nn.Module, data: EvalSet) -> dict[str, np.ndarray]:
+    """Per member: excess CE (mean and standard error over sequences) and the Laplace one."""
+    excess = model_nll(model, data.tokens) - data.true_nll
+    laplace = data.laplace_nll - data.true_nll
+    n = excess.shape[1]
+    return {
+        "excess": excess.mean(1).numpy(),
+        "excess_se": (excess.std(1) / np.sqrt(n)).numpy(),
+        "laplace": np.full(excess.shape[0], float(laplace.mean())),
+        "laplace_se": np.full(excess.shape[0], float(laplace.std() / np.sqrt(n))),
+        "above_laplace_se": ((excess - laplace).std(1) / np.sqrt(n)).numpy(),
+    }

@@ -1,0 +1,190 @@
+"""Paper D, App. H.1 (Figs. 5-16): two-layer single-head models trained on orders k = 1, 2, 3.
+
+This experiment trains the models every other trained item of paper D reuses (`models.pt`:
+one ensemble of seeds per order; the k = 2 one is the shared model of Fig. 1, Fig. 2, Table 2,
+the eps = 0 point of Tables 3/4 and the bit table, spec D §6). Per order it draws the four
+H.1 figures (layer-1 average, layer-1 single sequence, layer-2 average, layer-2 single
+sequence; each as model / pseudo map / |difference|) and measures the layer-1 diagonal
+masses and the layer-2 matched mass (spec D §5.4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from replicate import plotting
+from replicate.analysis import kgram_estimate, next_token_nll, order_lags
+from replicate.config import PositiveInt, Strict, TrainingSettings
+from replicate.experiments import hyperparameter_tables as hp
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.two_layer import plots
+from replicate.experiments.two_layer.darch import (
+    ArchSettings,
+    ClippedOptimSettings,
+    EvalSettings,
+    darch_config,
+    eval_set,
+    excess_stats,
+    load_models,
+    train_darch,
+)
+from replicate.experiments.two_layer.statistics import MapStats, layer1_checks, map_stats
+from replicate.markov import InContextSource
+
+
+class OrderRun(Strict):
+    order: PositiveInt
+    step_scale: float = Field(gt=0.0)  # steps = round(step_scale * training.steps)
+
+
+class MapsSettings(Strict):
+    states: PositiveInt
+    orders: list[OrderRun] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    per_kernel: PositiveInt  # training sequences per kernel (spec D §1.1 batch_size_per_chain)
+    arch: ArchSettings
+    training: TrainingSettings
+    optim: ClippedOptimSettings
+    evaluation_set: EvalSettings
+
+
+def order_source(s: MapsSettings, order: int, per_kernel: int | None = None) -> InContextSource:
+    """The clean k-th-order source with Dirichlet(1) rows (spec D §1.1)."""
+    return InContextSource(s.states, order, 1.0, per_kernel=per_kernel or s.per_kernel)
+
+
+def member_metrics(stats: MapStats, excess: dict[str, np.ndarray], order: int) -> pd.DataFrame:
+    """One row per member: excess CE vs the Laplace floor, layer-1 checks, layer-2 MM."""
+    rows = []
+    for e in range(stats.mm.size):
+        rows.append(
+            {
+                "member": e,
+                "excess": excess["excess"][e],
+                "excess_se": excess["excess_se"][e],
+                "laplace_excess": excess["laplace"][e],
+                "excess_minus_laplace": excess["excess"][e] - excess["laplace"][e],
+                "floor_z": (excess["excess"][e] - excess["laplace"][e])
+                / excess["above_laplace_se"][e],
+                **{f"l1_{k}": v for k, v in layer1_checks(stats.abar[e], order).items()},
+                "mm": stats.mm[e],
+                "mm_chance": stats.chance,
+                "mm_shifted": stats.mm_shifted[e],
+                "frobenius": float(stats.frobenius[e].mean()),
+                **{f"abar_{m}": stats.abar[e, m] for m in range(min(8, stats.abar.shape[1]))},
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def summary_metrics(frame: pd.DataFrame, prefix: str) -> Metrics:
+    """Aggregates over members of `member_metrics` (worst case over seeds for the claims)."""
+    return {
+        f"{prefix}/excess_mean": float(frame.excess.mean()),
+        f"{prefix}/laplace_excess": float(frame.laplace_excess.iloc[0]),
+        f"{prefix}/max_excess_minus_laplace": float(frame.excess_minus_laplace.max()),
+        f"{prefix}/min_floor_z": float(frame.floor_z.min()),
+        f"{prefix}/l1/frac_topk": float(frame.l1_topk.mean()),
+        f"{prefix}/l1/min_increase": float(frame.l1_increase.min()),
+        f"{prefix}/l1/min_ratio": float(frame.l1_ratio.min()),
+        f"{prefix}/l1/max_beyond": float(frame.l1_beyond.max()),
+        f"{prefix}/l2/min_mm_minus_chance": float((frame.mm - frame.mm_chance).min()),
+        f"{prefix}/l2/min_mm_minus_shifted": float((frame.mm - frame.mm_shifted).min()),
+        f"{prefix}/l2/mm_mean": float(frame.mm.mean()),
+        f"{prefix}/l2/mm_chance": float(frame.mm_chance.iloc[0]),
+        f"{prefix}/l2/frobenius_mean": float(frame.frobenius.mean()),
+    }
+
+
+def maps(s: MapsSettings, ctx: RunContext) -> Metrics:
+    """Train every order's ensemble, save it, measure and draw the H.1 maps."""
+    metrics: Metrics = {}
+    states, frames, curves = {}, [], []
+    for run in s.orders:
+        k = run.order
+        training = s.training.model_copy(
+            update={"steps": max(1, round(run.step_scale * s.training.steps))}
+        )
+        cfg = darch_config(s.arch, s.states, s.training.seq_len, layers=2)
+        sources = [order_source(s, k)] * len(s.seeds)
+        trained = train_darch(cfg, sources, s.seeds, training, s.optim, ctx, f"order {k}")
+        model = trained.model.eval()
+        states[f"k{k}"] = {name: t.detach().clone() for name, t in model.state_dict().items()}
+        data = eval_set(order_source(s, k, per_kernel=1), s.training.seq_len, s.evaluation_set)
+        stats = map_stats(model, data, s.evaluation_set.map_sequences)
+        frame = member_metrics(stats, excess_stats(model, data), k).assign(
+            order=k, seed=s.seeds, steps=training.steps
+        )
+        frames.append(frame)
+        metrics.update(summary_metrics(frame, f"k{k}"))
+        test = trained.test_tokens[0]
+        floor = float(
+            next_token_nll(kgram_estimate(test, order_lags(k), s.states, alpha=1.0), test).mean()
+        )
+        for e, seed in enumerate(s.seeds):
+            curves.append(
+                pd.DataFrame(
+                    {
+                        "order": k,
+                        "seed": seed,
+                        "step": trained.eval_steps,
+                        "test_loss": trained.test_loss[e],
+                    }
+                )
+            )
+        _plot_order(k, stats, data.tokens, floor, curves[-len(s.seeds) :], ctx)
+    ctx.save_torch({"seeds": s.seeds, "models": states}, "models.pt")
+    ctx.save_csv(pd.concat(frames, ignore_index=True), "members.csv")
+    ctx.save_csv(pd.concat(curves, ignore_index=True), "curves.csv")
+    return metrics
+
+
+def _plot_order(
+    order: int,
+    stats: MapStats,
+    tokens: torch.Tensor,
+    floor: float,
+    curves: list[pd.DataFrame],
+    ctx: RunContext,
+) -> None:
+    """App. H.1 figures of one order (seed 0): four rows of (model, pseudo, |diff|), plus
+    the test-loss curves."""
+    fig, axes = plotting.figure(5, 3, width=4.2, height=3.8)
+    first, last = stats.first[0].numpy(), stats.last[0].numpy()
+    pseudo = stats.pseudo.numpy()
+    seq = tokens[0, :-1].numpy()
+    rows = (
+        ("layer 1, mean over sequences", first.mean(0), pseudo.mean(0), None),
+        ("layer 1, one sequence", first[0], pseudo[0], seq),
+        ("layer 2, mean over sequences", last.mean(0), pseudo.mean(0), None),
+        ("layer 2, one sequence", last[0], pseudo[0], seq),
+    )
+    for r, (label, att, ps, toks) in enumerate(rows):
+        plots.triptych(axes[3 * r : 3 * r + 3], att, ps, label, toks)
+    frame = pd.concat(curves, ignore_index=True)
+    plots.curves_panel(axes[12], frame, "order", f"test loss, order {order}", floor)
+    for ax in axes[13:]:
+        ax.set_axis_off()
+    plotting.finish(
+        fig,
+        f"Paper D, App. H.1 — order k = {order}, two-layer single-head model, seed 0 "
+        f"({ctx.scale} scale; layer-1 pseudo/diff panels are not meaningful, as the paper notes)",
+    )
+    ctx.save_figure(fig, f"maps_k{order}")
+
+
+def load_shared(ctx: RunContext) -> tuple[MapsSettings, dict[int, torch.nn.Module]]:
+    """The upstream `maps` settings and its trained ensembles by order (DAG edge, no retrain)."""
+    settings = hp.upstream_settings(ctx, MapsSettings)
+    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "models.pt"
+    saved = torch.load(path, weights_only=True)
+    cfg = darch_config(settings.arch, settings.states, settings.training.seq_len, layers=2)
+    models = {
+        run.order: load_models(saved["models"][f"k{run.order}"], cfg) for run in settings.orders
+    }
+    return settings, models

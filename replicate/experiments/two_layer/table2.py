@@ -1,0 +1,124 @@
+"""Paper D, Table 2 and Figs. 17-19 (App. H.2): one- vs two-layer models on second-order chains.
+
+The two-layer side is the shared model of `two_layer_maps` (no retraining); the one-layer
+baseline (layer 1 + MLP + readout, same width and optimiser) is trained here on the same
+source with the same seeds. Excess CE over L_true on the paired evaluation set (spec D
+§5.6), the Bayes floor (Laplace-2), and the one-layer attention maps (spec D §5.5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import Field
+
+from replicate import plotting
+from replicate.config import PositiveInt, Strict, TrainingSettings
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.two_layer import plots
+from replicate.experiments.two_layer.darch import darch_config, eval_set, excess_stats, train_darch
+from replicate.experiments.two_layer.maps import load_shared, order_source
+from replicate.experiments.two_layer.statistics import MapStats, map_stats
+
+
+class Table2Settings(Strict):
+    order: PositiveInt
+    training: TrainingSettings  # of the one-layer baseline
+    map_sequences: PositiveInt
+    near_diagonals: PositiveInt = Field(le=8)  # D-F17-1: mass on m = 1..near_diagonals
+
+
+def table2(s: Table2Settings, ctx: RunContext) -> Metrics:
+    """D-T2-1..3 and D-F17-1..2."""
+    up, models = load_shared(ctx)
+    source = order_source(up, s.order)
+    cfg = darch_config(up.arch, up.states, up.training.seq_len, layers=1)
+    trained = train_darch(
+        cfg, [source] * len(up.seeds), up.seeds, s.training, up.optim, ctx, "one layer"
+    )
+    one = trained.model.eval()
+    data = eval_set(order_source(up, s.order, per_kernel=1), up.training.seq_len, up.evaluation_set)
+    ex1, ex2 = excess_stats(one, data), excess_stats(models[s.order], data)
+    st1 = map_stats(one, data, s.map_sequences)
+    st2 = map_stats(models[s.order], data, s.map_sequences)
+    near = st1.abar[:, 1 : s.near_diagonals + 1].sum(1)
+    argmax = st1.abar.argmax(1)
+    mean1, mean2 = float(ex1["excess"].mean()), float(ex2["excess"].mean())
+    laplace = float(ex2["laplace"][0])
+    metrics: Metrics = {
+        "excess_1l_mean": mean1,
+        "excess_2l_mean": mean2,
+        "laplace_excess": laplace,
+        "difference_1l_minus_2l": mean1 - mean2,
+        "ratio_1l_over_2l": mean1 / mean2,
+        "max_excess_2l_minus_laplace": float((ex2["excess"] - laplace).max()),
+        "min_floor_z": float(
+            min(
+                ((ex["excess"] - ex["laplace"]) / ex["above_laplace_se"]).min() for ex in (ex1, ex2)
+            )
+        ),
+        "f17/min_near_mass": float(near.min()),
+        "f17/frac_argmax_near": float(np.mean((argmax >= 1) & (argmax <= s.near_diagonals))),
+        "f17/max_mm_1l_minus_mm_2l": float((st1.mm - st2.mm).max()),
+        "f17/mm_1l_mean": float(st1.mm.mean()),
+        "f17/mm_2l_mean": float(st2.mm.mean()),
+    }
+    rows = []
+    for i, seed in enumerate(up.seeds):
+        for depth, ex, st in ((1, ex1, st1), (2, ex2, st2)):
+            rows.append(
+                {
+                    "layers": depth,
+                    "seed": seed,
+                    "excess": ex["excess"][i],
+                    "excess_se": ex["excess_se"][i],
+                    "laplace_excess": ex["laplace"][i],
+                    "last_layer_mm": st.mm[i],
+                    "mm_chance": st.chance,
+                    **{f"layer1_abar_{m}": st.abar[i, m] for m in range(6)},
+                }
+            )
+            metrics[f"{depth}l/seed{seed}/excess"] = float(ex["excess"][i])
+    frame = pd.DataFrame(rows)
+    ctx.save_csv(frame, "table2.csv")
+    curves = pd.DataFrame(
+        [
+            {"seed": seed, "step": step, "test_loss": loss, "model": "one layer"}
+            for i, seed in enumerate(up.seeds)
+            for step, loss in zip(trained.eval_steps, trained.test_loss[i], strict=True)
+        ]
+    )
+    ctx.save_csv(curves, "curves.csv")
+    _plot(s, st1, data.tokens, frame, laplace, ctx)
+    return metrics
+
+
+def _plot(
+    s: Table2Settings,
+    st1: MapStats,
+    tokens: torch.Tensor,
+    frame: pd.DataFrame,
+    laplace: float,
+    ctx: RunContext,
+) -> None:
+    fig, axes = plotting.figure(3, 3, width=4.2, height=3.8)
+    first, pseudo = st1.first.numpy(), st1.pseudo.numpy()
+    plots.triptych(axes[:3], first[0].mean(0), pseudo.mean(0), "Fig. 17: 1L mean (seed 0)", None)
+    seq = tokens[0, :-1].numpy()
+    plots.triptych(axes[3:6], first[0, 0], pseudo[0], "Fig. 18: 1L one sequence", seq)
+    other = min(1, first.shape[0] - 1)
+    plots.triptych(
+        axes[6:],
+        first[other].mean(0),
+        pseudo.mean(0),
+        f"Fig. 19: 1L mean (seed index {other})",
+        None,
+    )
+    one, two = (frame[frame.layers == n].excess.mean() for n in (1, 2))
+    plotting.finish(
+        fig,
+        f"Paper D, Table 2 / Figs. 17-19 — order {s.order} ({ctx.scale} scale): excess CE "
+        f"1L {one:.4f} vs 2L {two:.4f} (Laplace-{s.order}: {laplace:.4f})",
+    )
+    ctx.save_figure(fig)

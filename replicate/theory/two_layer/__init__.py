@@ -1,0 +1,12 @@
+"""Closed forms and constructions of paper D ("What one cannot, two can", Ekbote et al. 2025).
+
+The replication spec is `shared/specs/D-two-layer-induction.md` ("spec D"); section numbers
+such as "spec D §3.3" refer to it. One module per job:
+
+* `gd` — the reduced two-layer model of Sec. 5 / App. C and its two-stage gradient descent
+  (spec D §4);
+* `counts` — parameter counts of the explicit constructions and of prior ones (Table 1,
+  App. I; spec D §5.1, §5.11);
+* `constructions` — explicit weights of the 2L2H, 2L1H, 3L1H and ungated constructions
+  (Sec. 3, Sec. 4, App. A-B, Rajaraman et al. Thm 4; spec D §3) as `EnsembleGPT` weights.
+"""

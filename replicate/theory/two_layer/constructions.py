@@ -1,0 +1,355 @@
+"""Explicit-weight constructions of paper D as weights of `EnsembleGPT` (spec D §3).
+
+Four constructions whose output at position n is the conditional k-gram estimate
+p_hat_k(. | x_{1:n}) (spec D §1.2) as the temperature c grows:
+
+* ``2l2h`` — Sec. 3 / App. A.2.1: two heads in layer 1 (u- and v-head), a two-sublayer
+  copy MLP with the modified LN, the induction head in layer 2 (spec D §3.2);
+* ``2l1h`` — Sec. 4 / App. B.1 (main theorem): the v-head alone in layer 1 and a
+  three-sublayer MLP that isolates e_{x_{n-k}}, forms u_n and normalises (spec D §3.3);
+* ``3l1h`` — Rajaraman et al. 2024, Thm 4: u-head, v-head and induction head in three
+  layers, each attention followed by an FFN + LN (spec D §3.4);
+* ``ungated`` — App. A.2.2 / B.2: the 2L1H layer 1 with a two-sublayer MLP and the layer
+  norm after the query and key maps of layer 2, no gate: a *biased* k-gram (spec D §3.6).
+
+Layout (spec D §3.1, [PROPOSAL]): d = 6S + 4 (ungated: 5S + 4, no u-hat / v-hat blocks):
+scalar slots ``one``, ``pos``, ``r``, ``gate``, then the S-blocks ``tok``, ``v``, ``mask``
+(2L1H) or ``u`` (2L2H, 3L1H), ``uhat``, ``vhat``, ``out``. The stream starts as the
+embedding E[one, s] = 1, E[tok + s, s] = 1 (no absolute positions); the readout maps the
+``out`` block to the logits, which *are* the probabilities (f = identity, spec D §2.1).
+
+Layer 1 ("triadic" heads, spec D §3.1): one relative-position table R_m per head, added to
+the key and value inputs (`LayerConfig.rel_pe = "key_value"`, one table shared by keys and
+values as in the authors' code). R_m[pos] = m ln 3 inside the window and -C outside, so
+att_{n, n-m} = 3^m / sum_{m' in window} 3^{m'}; the v-head also carries R_m[r] = 1[m = k],
+so r_n = att_{n, n-k} = 3^k / Z for n >= k + 1 and 0 before (the "n > k" signal).
+
+Layer 2 (induction head): score c <v-hat_i, u-hat_n> + c_g (r_i Z / 3^k - 1), value e_{x_i}
+into ``out``. The ungated variant scores c <l2(W_K x_i), l2(W_Q x_n)> with c as the
+attention scale (a normalised query cannot carry the temperature).
+
+Members of one ensemble share (S, T) and the construction; each member has its own
+(k, c) (the temperature of the ungated variant is per ensemble: `LayerConfig.attn_scale`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+
+Construction = Literal["2l2h", "2l1h", "3l1h", "ungated"]
+CONSTRUCTIONS: tuple[Construction, ...] = ("2l2h", "2l1h", "3l1h", "ungated")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Coordinates of the residual stream (spec D §3.1)."""
+
+    states: int
+    ungated: bool = False
+
+    one: int = 0
+    pos: int = 1
+    r: int = 2
+    gate: int = 3
+
+    def block(self, name: str) -> slice:
+        """The S coordinates of block ``name``."""
+        names = ["tok", "v", "mask", "u", "out"] if self.ungated else [
+            "tok", "v", "mask", "uhat", "vhat", "out"
+        ]  # fmt: skip
+        if name == "u" and not self.ungated:
+            name = "mask"  # 2L2H and 3L1H keep u where 2L1H keeps the mask
+        start = 4 + self.states * names.index(name)
+        return slice(start, start + self.states)
+
+    @property
+    def width(self) -> int:
+        return (5 if self.ungated else 6) * self.states + 4
+
+
+def triadic_normaliser(order: int) -> float:
+    """Z = sum_{m=1}^{k} 3^m = (3^{k+1} - 3) / 2 (spec D §3.1)."""
+    return (3 ** (order + 1) - 3) / 2
+
+
+def config(kind: Construction, states: int, length: int, scale: float = 1.0) -> GPTConfig:
+    """The `GPTConfig` of construction ``kind`` for S states and sequences of ``length``.
+
+    ``scale`` is the layer-2 attention scale: 1 (no scaling, spec D §2.1) except for the
+    ungated variant, where it is the temperature c.
+    """
+    layout = Layout(states, ungated=kind == "ungated")
+    triadic = {"attn_scale": 1.0, "head_merge": "sum", "rel_pe": "key_value"}
+    induction = LayerConfig(n_head=1, attn_scale=1.0, head_merge="sum", mlp="none")
+    copy = SublayerConfig(activation="identity", norm="l2")
+    ffn = (  # Rajaraman et al.: FFN (two matrices with biases) + LN + residual (spec D §3.4)
+        SublayerConfig(bias=True, activation="relu", skip="none"),
+        SublayerConfig(bias=True, activation="identity", norm="l2", skip="input"),
+    )
+    mask = SublayerConfig(bias=True, activation="relu", norm="l2")
+    layers: tuple[LayerConfig, ...]
+    if kind == "2l1h":
+        layers = (
+            LayerConfig(n_head=1, **triadic, mlp="sublayers", sublayers=(mask, copy, copy)),
+            induction,
+        )
+    elif kind == "ungated":
+        layers = (
+            LayerConfig(n_head=1, **triadic, mlp="sublayers", sublayers=(mask, copy)),
+            LayerConfig(n_head=1, attn_scale=scale, head_merge="sum", mlp="none", qk_norm="l2"),
+        )
+    elif kind == "2l2h":
+        layers = (
+            LayerConfig(
+                n_head=2,
+                head_dim=layout.width,
+                attn_scale=1.0,
+                rel_pe="key_value",
+                rel_pe_per_head=True,
+                mlp="sublayers",
+                sublayers=(copy, copy),
+            ),
+            induction,
+        )
+    elif kind == "3l1h":
+        layers = (
+            LayerConfig(n_head=1, **triadic, mlp="sublayers", sublayers=ffn),
+            LayerConfig(n_head=1, **triadic, mlp="sublayers", sublayers=ffn),
+            replace(induction, mlp="sublayers", sublayers=ffn),  # W_2 = 0: the FFN adds 0
+        )
+    else:
+        raise ValueError(f"unknown construction {kind!r}; known: {CONSTRUCTIONS}")
+    return GPTConfig(
+        vocab_size=states,
+        n_embd=layout.width,
+        block_size=length,
+        n_layer=len(layers),
+        tied=False,
+        layers=layers,
+        position=False,
+        final_norm="none",
+        readout_bias=True,
+    )
+
+
+@dataclass(frozen=True)
+class Member:
+    """One (order k, temperature c) point of an ensemble; ``gate`` None means c_g = c."""
+
+    order: int
+    temperature: float
+    big: float = 1e4  # C, the "-infinity" outside the layer-1 windows
+    gate: float | None = None
+
+
+def _window_table(
+    layout: Layout, order: int, window: range, big: float, length: int, signal: bool
+) -> torch.Tensor:
+    """R (T, d) of a triadic head: R_m[pos] = m ln 3 on ``window``, -C elsewhere; with
+    ``signal`` R_m[r] = 1[m = k] (spec D §3.1)."""
+    table = torch.zeros(length, layout.width, dtype=torch.float64)
+    m = torch.arange(length, dtype=torch.float64)
+    inside = torch.tensor([int(j) in window for j in range(length)])
+    table[:, layout.pos] = torch.where(inside, m * math.log(3.0), torch.full_like(m, -big))
+    if signal and order < length:
+        table[order, layout.r] = 1.0
+    return table
+
+
+def _triadic_qkv(layout: Layout, dst: slice, signal: bool) -> torch.Tensor:
+    """[W_Q; W_K; W_V] (3d, d) of a triadic head writing the window's tokens into ``dst``."""
+    d, s = layout.width, layout.states
+    w = torch.zeros(3, d, d, dtype=torch.float64)
+    w[0, layout.pos, layout.one] = 1.0
+    w[1, layout.pos, layout.pos] = 1.0
+    w[2, dst, layout.block("tok")] = torch.eye(s, dtype=torch.float64)
+    if signal:
+        w[2, layout.r, layout.r] = 1.0
+    return w
+
+
+def _induction_qkv(layout: Layout, member: Member) -> torch.Tensor:
+    """[W_Q; W_K; W_V] (3d, d) of the gated layer-2 induction head (spec D §3.1)."""
+    d, s, k = layout.width, layout.states, member.order
+    eye = torch.eye(s, dtype=torch.float64)
+    vhat, uhat = layout.block("vhat"), layout.block("uhat")
+    w = torch.zeros(3, d, d, dtype=torch.float64)
+    w[0, vhat, uhat] = member.temperature * eye
+    w[1, vhat, vhat] = eye
+    w[0, layout.gate, layout.one] = member.temperature if member.gate is None else member.gate
+    w[1, layout.gate, layout.r] = triadic_normaliser(k) / 3**k
+    w[1, layout.gate, layout.one] = -1.0
+    w[2, layout.block("out"), layout.block("tok")] = eye
+    return w
+
+
+def _ungated_qkv(layout: Layout) -> torch.Tensor:
+    """[W_Q; W_K; W_V] (3d, d) of the ungated head: q = u_n, k = v_i, both l2-normalised by
+    the attention (App. A.2.2 / B.2; spec D §3.6)."""
+    d, s = layout.width, layout.states
+    eye = torch.eye(s, dtype=torch.float64)
+    w = torch.zeros(3, d, d, dtype=torch.float64)
+    w[0, :s, layout.block("u")] = eye
+    w[1, :s, layout.block("v")] = eye
+    w[2, layout.block("out"), layout.block("tok")] = eye
+    return w
+
+
+def _copy(layout: Layout, src: str, dst: str) -> torch.Tensor:
+    w = torch.zeros(layout.width, layout.width, dtype=torch.float64)
+    w[layout.block(dst), layout.block(src)] = torch.eye(layout.states, dtype=torch.float64)
+    return w
+
+
+def _mask_sublayer(layout: Layout, order: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """W_1, b_1 isolating e_{x_{n-k}}: mask = ReLU(v - 3^k / (2Z)) (spec D §3.3)."""
+    w = _copy(layout, "v", "mask")
+    b = torch.zeros(layout.width, dtype=torch.float64)
+    b[layout.block("mask")] = -(3**order) / (2 * triadic_normaliser(order))
+    return w, b
+
+
+def _u_sublayer(layout: Layout, order: int, dst: str) -> torch.Tensor:
+    """W_2: U_n = Z v_n + e_{x_n} - 3^k e_{x_{n-k}} = sum_{m<k} 3^m e_{x_{n-m}} (spec D §3.3)."""
+    eye = torch.eye(layout.states, dtype=torch.float64)
+    w = torch.zeros(layout.width, layout.width, dtype=torch.float64)
+    w[layout.block(dst), layout.block("v")] = triadic_normaliser(order) * eye
+    w[layout.block(dst), layout.block("tok")] = eye
+    w[layout.block(dst), layout.block("mask")] = -(3**order) * eye
+    return w
+
+
+def _set(model: EnsembleGPT, name: str, index: int, value: torch.Tensor) -> None:
+    param = model.get_parameter(name)
+    param[index].copy_(value.to(param.dtype))
+
+
+def _set_member(model: EnsembleGPT, kind: Construction, i: int, member: Member) -> None:
+    layout = Layout(model.cfg.vocab_size, ungated=kind == "ungated")
+    s, k, length = layout.states, member.order, model.cfg.block_size
+    embedding = torch.zeros(s, layout.width, dtype=torch.float64)
+    embedding[:, layout.one] = 1.0
+    embedding[:, layout.block("tok")] = torch.eye(s, dtype=torch.float64)
+    _set(model, "transformer.wte.weight", i, embedding)
+    readout = torch.zeros(s, layout.width, dtype=torch.float64)
+    readout[:, layout.block("out")] = torch.eye(s, dtype=torch.float64)
+    _set(model, "lm_head.weight", i, readout)
+    _set(model, "lm_head.bias", i, torch.zeros(s, dtype=torch.float64))
+    u_window, v_window = range(k), range(1, k + 1)
+
+    def table(window: range, signal: bool) -> torch.Tensor:
+        return _window_table(layout, k, window, member.big, length, signal)
+
+    h = "transformer.h"
+    if kind in ("2l1h", "ungated"):
+        _set(
+            model,
+            f"{h}.0.attn.c_attn.weight",
+            i,
+            _triadic_qkv(layout, layout.block("v"), True).reshape(-1, layout.width),
+        )
+        _set(model, f"{h}.0.attn.rel_pe.weight", i, table(v_window, True)[None])
+        w1, b1 = _mask_sublayer(layout, k)
+        _set(model, f"{h}.0.mlp.layers.0.fc.weight", i, w1)
+        _set(model, f"{h}.0.mlp.layers.0.fc.bias", i, b1)
+        target = "u" if kind == "ungated" else "uhat"
+        _set(model, f"{h}.0.mlp.layers.1.fc.weight", i, _u_sublayer(layout, k, target))
+        if kind == "2l1h":
+            _set(model, f"{h}.0.mlp.layers.2.fc.weight", i, _copy(layout, "v", "vhat"))
+            _set(
+                model,
+                f"{h}.1.attn.c_attn.weight",
+                i,
+                _induction_qkv(layout, member).reshape(-1, layout.width),
+            )
+        else:
+            _set(
+                model,
+                f"{h}.1.attn.c_attn.weight",
+                i,
+                _ungated_qkv(layout).reshape(-1, layout.width),
+            )
+    elif kind == "2l2h":
+        u_head = _triadic_qkv(layout, layout.block("u"), False)
+        v_head = _triadic_qkv(layout, layout.block("v"), True)
+        _set(
+            model,
+            f"{h}.0.attn.c_attn.weight",
+            i,
+            torch.cat([u_head, v_head], dim=1).reshape(-1, layout.width),
+        )
+        _set(
+            model,
+            f"{h}.0.attn.rel_pe.weight",
+            i,
+            torch.stack([table(u_window, False), table(v_window, True)]),
+        )
+        eye = torch.eye(layout.width, dtype=torch.float64)
+        _set(model, f"{h}.0.attn.c_proj.weight", i, torch.cat([eye, eye], dim=1))
+        _set(model, f"{h}.0.mlp.layers.0.fc.weight", i, _copy(layout, "u", "uhat"))
+        _set(model, f"{h}.0.mlp.layers.1.fc.weight", i, _copy(layout, "v", "vhat"))
+        _set(
+            model,
+            f"{h}.1.attn.c_attn.weight",
+            i,
+            _induction_qkv(layout, member).reshape(-1, layout.width),
+        )
+    else:  # 3l1h
+        heads = (("u", u_window, False), ("v", v_window, True))
+        for layer, (dst, window, signal) in enumerate(heads):
+            _set(
+                model,
+                f"{h}.{layer}.attn.c_attn.weight",
+                i,
+                _triadic_qkv(layout, layout.block(dst), signal).reshape(-1, layout.width),
+            )
+            _set(model, f"{h}.{layer}.attn.rel_pe.weight", i, table(window, signal)[None])
+            _set(
+                model,
+                f"{h}.{layer}.mlp.layers.0.fc.weight",
+                i,
+                torch.eye(layout.width, dtype=torch.float64),
+            )
+            _set(model, f"{h}.{layer}.mlp.layers.1.fc.weight", i, _copy(layout, dst, f"{dst}hat"))
+        _set(
+            model,
+            f"{h}.2.attn.c_attn.weight",
+            i,
+            _induction_qkv(layout, member).reshape(-1, layout.width),
+        )
+        eye = torch.eye(layout.width, dtype=torch.float64)
+        _set(model, f"{h}.2.mlp.layers.0.fc.weight", i, eye)  # ReLU(h0) = h0; W_2 = 0
+
+
+def build(
+    kind: Construction,
+    states: int,
+    length: int,
+    members: Sequence[Member],
+    dtype: torch.dtype = torch.float64,
+) -> EnsembleGPT:
+    """An `EnsembleGPT` whose member i is construction ``kind`` at ``members[i]``.
+
+    Every parameter the construction does not set is zero. The ungated variant takes its
+    temperature from the (shared) attention scale: all members must have the same c.
+    """
+    scale = 1.0
+    if kind == "ungated":
+        temperatures = {m.temperature for m in members}
+        if len(temperatures) != 1:
+            raise ValueError(f"ungated members share one temperature, got {sorted(temperatures)}")
+        scale = temperatures.pop()
+    model = EnsembleGPT(config(kind, states, length, scale), len(members)).to(torch.float64)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        for i, member in enumerate(members):
+            _set_member(model, kind, i, member)
+    return model.to(dtype)

@@ -1,0 +1,136 @@
+"""Plateau detector and level assignment on synthetic curves (spec C §4.0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from replicate.analysis import (
+    assign_level,
+    detect_plateaus,
+    running_median,
+    transitions,
+)
+
+STEPS = np.arange(0, 3001, 10, dtype=np.float64)
+
+
+def _piecewise(knots: list[tuple[float, float]], noise: float = 0.002, seed: int = 0):
+    """Linear interpolation through (step, loss) knots plus Gaussian noise."""
+    t, loss = zip(*knots, strict=True)
+    clean = np.interp(STEPS, t, loss)
+    return clean + np.random.default_rng(seed).normal(0.0, noise, STEPS.shape)
+
+
+STAIRCASE = [
+    (0, 1.70),
+    (100, 1.60),
+    (800, 1.60),
+    (1000, 1.50),
+    (1800, 1.50),
+    (2000, 1.40),
+    (3000, 1.40),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_staircase_gives_three_plateaus_at_the_right_levels(seed: int) -> None:
+    plateaus = detect_plateaus(STEPS, _piecewise(STAIRCASE, seed=seed))
+    assert len(plateaus) == 3
+    for plateau, level, (start, end) in zip(
+        plateaus, [1.60, 1.50, 1.40], [(100, 800), (1000, 1800), (2000, 3000)], strict=True
+    ):
+        assert abs(plateau.level - level) < 0.003
+        # the slope window (h = 8 evaluations = 80 steps) blurs each edge by at most ~h
+        assert start - 20 <= plateau.t0 <= start + 120
+        assert end - 120 <= plateau.t1 <= end
+    assert plateaus[-1].t1 == 3000
+    drops = [tr.drop for tr in transitions(plateaus)]
+    assert np.allclose(drops, [0.1, 0.1], atol=0.005)
+    assert [(tr.t0, tr.t1) for tr in transitions(plateaus)] == [
+        (plateaus[0].t1, plateaus[1].t0),
+        (plateaus[1].t1, plateaus[2].t0),
+    ]
+
+
+def test_steady_descent_has_no_intermediate_plateau() -> None:
+    """A straight descent, then convergence: only the final plateau."""
+    plateaus = detect_plateaus(STEPS, _piecewise([(0, 1.7), (2000, 1.4), (3000, 1.4)]))
+    assert len(plateaus) == 1
+    assert abs(plateaus[0].level - 1.4) < 0.003
+    assert 1950 <= plateaus[0].t0 <= 2150
+
+
+def test_descent_without_convergence_has_no_plateau() -> None:
+    assert detect_plateaus(STEPS, _piecewise([(0, 1.7), (3000, 1.4)])) == []
+
+
+def test_too_short_plateau_is_not_counted() -> None:
+    """An intermediate flat stretch of 80 steps < rho t_max = 150 steps."""
+    knots = [(0, 1.6), (1000, 1.6), (1100, 1.5), (1180, 1.5), (1280, 1.4), (3000, 1.4)]
+    plateaus = detect_plateaus(STEPS, _piecewise(knots))
+    assert [round(p.level, 2) for p in plateaus] == [1.6, 1.4]
+    assert transitions(plateaus)[0].drop == pytest.approx(0.2, abs=0.005)
+
+
+def test_short_dip_does_not_split_or_add_a_plateau() -> None:
+    """A 5-evaluation dip survives the median but is too short to count; the two halves of
+    the plateau around it are merged (equal levels, gap < rho t_max)."""
+    loss = _piecewise([(0, 1.7), (100, 1.5), (3000, 1.5)])
+    dip = (STEPS >= 1500) & (STEPS < 1550)
+    loss[dip] -= 0.05
+    plateaus = detect_plateaus(STEPS, loss, rho=0.05)
+    assert len(plateaus) == 1
+    assert abs(plateaus[0].level - 1.5) < 0.003
+    assert plateaus[0].t0 <= 300 and plateaus[0].t1 == 3000
+    unmerged = detect_plateaus(STEPS, loss, merge_abs=0.0, merge_rel=0.0)
+    assert len(unmerged) == 2  # the merge rule is what joins the halves
+
+
+def test_running_median_truncates_at_the_ends() -> None:
+    values = [5.0, 1.0, 2.0, 100.0, 3.0, 4.0]
+    assert running_median(values, 3).tolist() == [3.0, 2.0, 2.0, 3.0, 4.0, 3.5]
+
+
+def test_invalid_curves_are_refused() -> None:
+    with pytest.raises(ValueError):
+        detect_plateaus([0, 10, 10], [1.0, 0.9, 0.8])
+    with pytest.raises(ValueError):
+        detect_plateaus([0, 10], [1.0])
+
+
+BASE = [1.5, 1.25, 1.0, 0.5]  # bands: k=1 [1.375, 1.52], k=2 [1.125, 1.27], k=3 [0.75, 1.02]
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        (1.5, 1),
+        (1.375, 1),
+        (1.3749, None),
+        (1.5199, 1),
+        (1.5201, None),
+        (1.2699, 2),
+        (1.2701, None),
+        (1.125, 2),
+        (1.1249, None),
+        (1.0199, 3),
+        (1.0201, None),
+        (0.75, 3),
+        (0.7499, None),
+        (0.5499, 4),
+        (0.5501, None),
+        (0.2, 4),
+    ],
+)
+def test_assign_level_band_edges(level: float, expected: int | None) -> None:
+    assert assign_level(level, BASE) == expected
+
+
+def test_assign_level_overlapping_bands_take_the_nearest_baseline() -> None:
+    base = [1.0, 0.99, 0.5]  # k=1 band [0.995, 1.02], k=2 band [0.745, 1.01]
+    assert assign_level(1.0, base) == 1
+    assert assign_level(0.996, base) == 1
+    assert assign_level(0.994, base) == 2
+    with pytest.raises(ValueError):
+        assign_level(1.0, [1.0, 1.1])

@@ -1,0 +1,68 @@
+"""Paper D's estimator, pseudo map, attention statistics and quantiser on hand-made inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from replicate.analysis import kgram_estimate, match_matrix, matched_mass, order_lags
+from replicate.analysis import pseudo_attention_map as pseudo
+from replicate.experiments.two_layer.bits import fake_quantise
+from replicate.experiments.two_layer.data import authors_laplace, brute_force_estimate
+from replicate.experiments.two_layer.statistics import layer1_checks
+
+
+def test_spec_example_k2() -> None:
+    """spec D D-EST-1: x = 0,1,1,0,1,1 at n = 6 (k = 2): the only match is i = 4, x_4 = 0."""
+    seq = [0, 1, 1, 0, 1, 1]
+    assert brute_force_estimate(seq, 2, 2, 6) == [1.0, 0.0]
+    shared = kgram_estimate(torch.tensor([seq]), order_lags(2), 2)[0, 5]
+    torch.testing.assert_close(shared, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert brute_force_estimate(seq, 2, 2, 3) is None  # I_3 = {} (no complete earlier window)
+
+
+def test_shared_estimator_equals_brute_force_and_the_authors_laplace() -> None:
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 2, (5, 20), generator=gen)
+    for order in (1, 2, 3):
+        estimate = kgram_estimate(tokens, order_lags(order), 2)
+        smooth = kgram_estimate(tokens, order_lags(order), 2, alpha=1.0)[..., 1]
+        for b, seq in enumerate(tokens.tolist()):
+            code = authors_laplace(seq, order, 1.0)
+            np.testing.assert_allclose(smooth[b].numpy(), code, atol=1e-12)
+            for n in range(1, 21):
+                brute = brute_force_estimate(seq, order, 2, n)
+                if brute is None:
+                    assert bool(estimate[b, n - 1].isnan().all())
+                else:
+                    np.testing.assert_allclose(estimate[b, n - 1].numpy(), brute, atol=1e-12)
+
+
+def test_pseudo_map_and_matched_mass_on_a_hand_sequence() -> None:
+    """k = 1, x = 0 1 0 0 1: row n = 5 (x_5 = 1) matches keys i with x_{i-1} = 1: i = 3."""
+    tokens = torch.tensor([[0, 1, 0, 0, 1]])
+    ps = pseudo(tokens, order_lags(1))[0]
+    assert ps[4].tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert ps[3].tolist() == [0.0, 0.5, 0.0, 0.5, 0.0]  # x_4 = 0: i = 2 (x_1 = 0), i = 4 (x_3 = 0)
+    match = match_matrix(tokens, order_lags(1))
+    assert float(matched_mass(ps[None], match)[0]) == 1.0
+    uniform = torch.ones(5, 5).tril() / torch.arange(1, 6).unsqueeze(1)
+    assert float(matched_mass(uniform.double()[None], match)[0]) < 1.0
+
+
+def test_layer1_checks() -> None:
+    abar = np.array([0.01, 0.2, 0.75, 0.02, 0.01, 0.01])
+    checks = layer1_checks(abar, 2)
+    assert checks["topk"] == 1.0
+    assert np.isclose(checks["increase"], 0.55)
+    assert np.isclose(checks["ratio"], 0.75 / 0.02)
+    assert np.isclose(checks["beyond"], 0.02)
+    assert layer1_checks(abar[[0, 2, 1, 3, 4, 5]], 2)["increase"] < 0  # not monotone
+
+
+def test_fake_quantise() -> None:
+    x = torch.tensor([[[-1.0, -0.4, 0.2, 0.9]]])
+    assert fake_quantise(x, 2).tolist() == [[[-1.0, 0.0, 0.0, 1.0]]]
+    assert torch.equal(fake_quantise(x, 32), x)
+    eight = fake_quantise(x, 8)
+    assert float((eight - x).abs().max()) <= 1.0 / 127 / 2 + 1e-7
