@@ -33,6 +33,7 @@ def bench_ensemble(ensemble: int, seq_len: int, steps: int) -> None:
     plan = TrainingPlan(steps, 16, seq_len, eval_every=steps, test_sequences=16, test_seed=0)
     cfg = GPTConfig(block_size=seq_len)
     optim = OptimConfig()
+
     def run(group: list[ChainMember], label: str) -> None:
         model = gpt_ensemble(cfg, [m.seed for m in group])
         train_ensemble(model, group, plan, optim, label, progress=False)

@@ -1,25 +1,71 @@
 """Models (`nn.Module`s with a leading ensemble axis), objectives, the ensemble
-LightningModule and the DataModule over the samplers."""
+LightningModule and the DataModule over the samplers.
 
-from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
-from lightning_modules.ensemble_module import EnsembleModule, OptimConfig
-from lightning_modules.markov_data import (
-    ChainMember,
-    FixedChain,
-    MarkovEnsembleData,
-    Member,
-    SequenceBatch,
-    Source,
-)
-from lightning_modules.objectives import (
-    LastTokenLawCE,
-    NextTokenCE,
-    Objective,
-    TestEvaluation,
-    evaluate_next_token,
-    per_member_cross_entropy,
-)
-from lightning_modules.seeding import member_generator, member_seed
+Every public name is importable from here; each submodule is imported on first use
+(PEP 562), so code that only builds a model does not import Lightning (issue 13: start-up).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+    from lightning_modules.ensemble_module import EnsembleModule, OptimConfig
+    from lightning_modules.markov_data import (
+        ChainMember,
+        FixedChain,
+        MarkovEnsembleData,
+        Member,
+        SequenceBatch,
+        Source,
+    )
+    from lightning_modules.objectives import (
+        LastTokenLawCE,
+        NextTokenCE,
+        Objective,
+        TestEvaluation,
+        evaluate_next_token,
+        per_member_cross_entropy,
+    )
+    from lightning_modules.seeding import member_generator, member_seed
+
+_SUBMODULE = {
+    "EnsembleGPT": "ensemble_gpt",
+    "GPTConfig": "ensemble_gpt",
+    "LayerConfig": "ensemble_gpt",
+    "SublayerConfig": "ensemble_gpt",
+    "EnsembleModule": "ensemble_module",
+    "OptimConfig": "ensemble_module",
+    "ChainMember": "markov_data",
+    "FixedChain": "markov_data",
+    "MarkovEnsembleData": "markov_data",
+    "Member": "markov_data",
+    "SequenceBatch": "markov_data",
+    "Source": "markov_data",
+    "LastTokenLawCE": "objectives",
+    "NextTokenCE": "objectives",
+    "Objective": "objectives",
+    "TestEvaluation": "objectives",
+    "evaluate_next_token": "objectives",
+    "per_member_cross_entropy": "objectives",
+    "member_generator": "seeding",
+    "member_seed": "seeding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SUBMODULE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_SUBMODULE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SUBMODULE])
+
 
 __all__ = [
     "ChainMember",

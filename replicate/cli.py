@@ -33,6 +33,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        # Only this experiment's settings are validated, so only its paper's code is
+        # imported (issue 13: a job's start-up); `snakemake` validated the whole file.
+        params = load_params(args.params, scale=args.scale, only=[args.experiment])
+        from replicate.experiments import run_experiment
+
+        params.experiment(args.experiment)  # unknown name -> ConfigError before any work
+        run_experiment(args.experiment, params, progress=not args.no_progress)
+        return 0
+
     from replicate import claims
 
     params = load_params(args.params, scale=args.scale)
@@ -63,12 +73,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         for name, entry in params.experiments.items():
             outs = ", ".join(str(p) for p in entry.output_paths)
             print(f"{name}\t{entry.title}\t{outs}")
-        return 0
-    if args.command == "run":
-        from replicate.experiments import run_experiment
-
-        params.experiment(args.experiment)  # unknown name -> ConfigError before any work
-        run_experiment(args.experiment, params, progress=not args.no_progress)
         return 0
     if args.command == "claims":
         records = claims.evaluate(params)

@@ -1,17 +1,22 @@
-"""One seaborn style for every figure, plus the reference-line and curve helpers."""
+"""One seaborn style for every figure, plus the reference-line and curve helpers.
+
+seaborn (with scipy) and pyplot are imported by the helpers that draw, so an experiment
+that imports this module but draws nothing does not load them (issue 13: start-up).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-import seaborn as sns
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 REFERENCE_STYLES = {
     "unigram": {"color": "0.35", "linestyle": "--"},
@@ -22,6 +27,9 @@ REFERENCE_STYLES = {
 
 def figure(nrows: int, ncols: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list]:
     """A grid of axes in the project style."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.05)
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, [ax for row in axes for ax in row]
@@ -34,6 +42,8 @@ def reference_line(ax: Axes, value: float, label: str, kind: str) -> None:
 
 def loss_curves(ax: Axes, curves: pd.DataFrame, hue: str, title: str) -> None:
     """Mean +- std band over seeds per ``hue`` value, plus each seed as a thin line."""
+    import seaborn as sns
+
     sns.lineplot(data=curves, x="step", y="test_loss", hue=hue, errorbar="sd", ax=ax, linewidth=1.6)
     sns.lineplot(
         data=curves,
@@ -52,6 +62,8 @@ def loss_curves(ax: Axes, curves: pd.DataFrame, hue: str, title: str) -> None:
 
 def per_seed_lines(ax: Axes, frame: pd.DataFrame, x: str, y: str, hue: str) -> None:
     """One line per seed, coloured by ``hue`` (no averaging)."""
+    import seaborn as sns
+
     sns.lineplot(
         data=frame,
         x=x,
@@ -82,6 +94,8 @@ def heatmap(
 ) -> None:
     """Annotated heat-map; row i, column j fills the unit cell [j, j+1] x [i, i+1] (row 0 on
     top). NaN cells stay blank (hatched), so "not measured" never looks like a value."""
+    import seaborn as sns
+
     sns.heatmap(
         values,
         ax=ax,

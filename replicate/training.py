@@ -1,7 +1,9 @@
 """Train one ensemble of models with one Lightning Trainer and return what it learned.
 
 Every training in the harness goes through `train_ensemble`: any ensemble model
-(`lightning_modules`), any members (a source and a seed each), any objective.
+(`lightning_modules`), any members (a source and a seed each), any objective. Lightning is
+imported by `train_ensemble` itself, so an experiment that trains nothing never loads it
+(issue 13: start-up).
 """
 
 from __future__ import annotations
@@ -15,27 +17,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from torch import nn
 
-from lightning_modules import (
-    EnsembleGPT,
-    EnsembleModule,
-    GPTConfig,
-    MarkovEnsembleData,
-    Member,
-    NextTokenCE,
-    Objective,
-    OptimConfig,
-    SequenceBatch,
-    TestEvaluation,
-    evaluate_next_token,
-)
-from lightning_modules.ensemble_module import Probe
+from lightning_modules import EnsembleGPT, GPTConfig
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from lightning_modules import (
+        EnsembleModule,
+        Member,
+        Objective,
+        OptimConfig,
+        SequenceBatch,
+        TestEvaluation,
+    )
+    from lightning_modules.ensemble_module import Probe
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class TrainedEnsemble:
 
     def evaluate(self) -> TestEvaluation:
         """Next-token loss and transition means of the current weights on the test set."""
+        from lightning_modules import evaluate_next_token
+
         return evaluate_next_token(self.model, self.test_tokens, self.eval_batch)
 
 
@@ -221,6 +224,11 @@ def train_ensemble(
     ``module.snapshots``. Inside `checkpointing`, training is saved every so many steps and
     resumed from the latest checkpoint of the same training (same weights, data, plan).
     """
+    import lightning as L
+
+    from lightning_modules import EnsembleModule, MarkovEnsembleData, NextTokenCE
+    from replicate.lightning_callbacks import _IntermediateCheckpoints, _LabelledProgressBar
+
     objective = objective if objective is not None else NextTokenCE()
     data = MarkovEnsembleData(
         members,
@@ -297,37 +305,3 @@ def _keep_final_checkpoint(trainer: L.Trainer, folder: Path, steps: int) -> None
     for path in folder.glob(CHECKPOINT_PATTERN):
         if path != final:
             path.unlink()
-
-
-class _IntermediateCheckpoints(ModelCheckpoint):
-    """Lightning's step checkpoints, except at the last step: callbacks run before the
-    module records that step's evaluation, so the finished training is saved after `fit`
-    instead (`_keep_final_checkpoint`)."""
-
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: object,
-        batch: object,
-        batch_idx: int,
-    ) -> None:
-        if trainer.global_step < trainer.max_steps:
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-
-class _LabelledProgressBar(TQDMProgressBar):
-    """One progress line per ensemble, named after what it trains."""
-
-    def __init__(self, label: str, refresh_rate: int) -> None:
-        super().__init__(refresh_rate=refresh_rate)
-        self.label = label
-
-    def init_train_tqdm(self):
-        bar = super().init_train_tqdm()
-        bar.set_description(self.label)
-        return bar
-
-    def on_train_epoch_start(self, trainer: L.Trainer, *args: object) -> None:
-        super().on_train_epoch_start(trainer, *args)
-        self.train_progress_bar.set_description(self.label)

@@ -36,6 +36,12 @@ def test_every_experiment_has_claims_and_every_claim_an_experiment() -> None:
     assert with_claims == set(params.experiments)
 
 
+def _without_reason(expectation: dict) -> None:
+    """An expected failure stripped of its reason (whatever the claim expected before)."""
+    expectation["verdict"] = "does-not-reproduce"
+    expectation.pop("reason", None)
+
+
 @pytest.mark.parametrize(
     ("mutate", "needles"),
     [
@@ -67,7 +73,7 @@ def test_every_experiment_has_claims_and_every_claim_an_experiment() -> None:
             ["claims.0.tolerance", "looser than paper", "ci_reason"],
         ),
         (
-            lambda d: d["claims"][0]["expected"]["ci"].update(verdict="does-not-reproduce"),
+            lambda d: _without_reason(d["claims"][0]["expected"]["ci"]),
             ["claims.0.expected.ci", "needs a reason"],
         ),
         (

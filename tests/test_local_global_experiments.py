@@ -333,3 +333,80 @@ def test_tiny_training_rules_report_their_measures(tiny_paper_b: tuple[Path, dic
     assert len(runs) == 2 * 3 + 2  # shrink keeps 2 seeds x 3 inits, plus the extra chain
     starts = runs.groupby("init").initial_loss.min()
     assert starts["paper_literal"] > 10.0 > 1.0 > starts["standard"]  # Delta = -510 at init
+
+
+# ----------------------------------------------------------------------------- with bias
+def test_bias_checks_hold_and_catch_a_wrong_formula(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lemmas 2, 3, 4, 6 and Thm 7 hold to rounding; a perturbed loss formula is caught."""
+    from replicate.experiments.local_global import bias_checks as bc
+
+    chains = [BELOW, ABOVE]
+    m = bc.bias_checks(chains, np.random.default_rng(0), 5)
+    assert m["lemma2_max_error"] < 1e-12 and m["lemma6_max_error"] < 1e-9
+    assert m["lemma3_max_fd_error"] < 1e-6 and m["lemma4_max_error"] < 1e-5
+    assert m["thm7_max_gradient_norm"] < 1e-10 and m["thm7_max_loss_error"] < 1e-10
+    # the enumeration uses the chain's law, not Lemma 2: a shifted pair formula is caught
+    real = lg.loss_with_bias
+    monkeypatch.setattr(bc.lg, "loss_with_bias", lambda *a, **k: real(*a, **k) + 1e-3)
+    assert bc.lemma2_error(BELOW, np.random.default_rng(0), length=4) > 5e-4
+    assert bc.thm7_errors(BELOW, np.random.default_rng(0), 5)[1] > 5e-4  # L != H there
+
+
+def test_thm6_root_residual_holds_and_catches_a_wrong_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every solver root lies in Gamma_* U Gamma_min U Gamma_sad; a wrong c* is caught."""
+    from dataclasses import replace
+
+    from replicate.experiments.local_global import bias_checks as bc
+
+    assert (
+        bc.thm6_checks([BELOW, ABOVE], np.random.default_rng(0), 10)["thm6_root_max_set_residual"]
+        < 1e-6
+    )
+    real = lg.chain_constants
+    monkeypatch.setattr(
+        bc.lg, "chain_constants", lambda p, q: replace(real(p, q), c_star=real(p, q).c_star + 0.1)
+    )
+    assert bc.thm6_root_residual(BELOW, np.random.default_rng(0), 10) > 1e-3
+
+
+def test_thm9_checks_hold_and_catch_a_wrong_formula(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thm 9's sets are critical with the stated losses, and contain every solver root; a
+    Gamma_* with the wrong bias equation (Eq. 46) is caught by both checks."""
+    from replicate.experiments.local_global import attention_bias_checks as ab
+
+    m = ab.thm9_checks([BELOW, ABOVE], np.random.default_rng(0), 10)
+    assert m["thm9_max_gradient_norm"] < 1e-10 and m["thm9_max_loss_error"] < 1e-10
+    assert m["thm9_root_max_set_residual"] < 1e-6 and m["thm9_roots_found"] >= 10
+    assert ab.set_residual(np.array([0.0, 0.4, math.log(0.2 / 0.3) + 0.01, 1.0]), BELOW)[0] > 5e-3
+    real = ab.star_bias
+    monkeypatch.setattr(ab, "star_bias", lambda *args: real(*args) + 0.01)  # Eq. (46) off
+    wrong = ab.thm9_checks([BELOW], np.random.default_rng(0), 10)
+    assert wrong["thm9_max_gradient_norm"] > 1e-4
+    assert wrong["thm9_root_max_set_residual"] > 1e-3
+
+
+def test_full_model_checks_hold_and_catch_a_wrong_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thms 4 and 5 (ii)-(iv) hold to rounding in the full model; a wrong b on Gamma_* or a
+    wrong marginal / entropy is caught."""
+    from dataclasses import replace
+
+    from replicate.experiments.local_global import full_model_checks as fm
+
+    m = fm.full_model_checks([BELOW, ABOVE])
+    assert all(value < 1e-12 for value in m.values())
+    shifted = [(e, w, b + 1e-3) for e, w, b in fm.thm4_points(BELOW)]
+    prediction, loss, gradient = fm._errors(
+        BELOW, shifted, lg.chain_constants(0.2, 0.3).bigram_loss
+    )
+    assert prediction > 1e-5 and loss > 1e-8 and gradient > 1e-5
+    real = lg.chain_constants
+
+    def wrong(p: float, q: float) -> lg.ChainConstants:
+        c = real(p, q)
+        return replace(c, pi1=c.pi1 + 1e-3, unigram_loss=c.unigram_loss + 1e-3)
+
+    monkeypatch.setattr(fm.lg, "chain_constants", wrong)
+    wrong_m = fm.full_model_checks([ABOVE])
+    assert wrong_m["thm5_max_prediction_error"] > 5e-4 and wrong_m["thm5_max_loss_error"] > 5e-4

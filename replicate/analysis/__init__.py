@@ -40,7 +40,6 @@ from replicate.analysis.runs import (
     gap_closed,
     next_token_probs,
     oracle_losses,
-    plateau_length,
     stay_probability,
 )
 
@@ -71,7 +70,6 @@ __all__ = [
     "oracle_losses",
     "order_lags",
     "paper_c_kgram_lags",
-    "plateau_length",
     "pseudo_attention_map",
     "running_median",
     "shift_match",

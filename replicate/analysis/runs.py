@@ -81,25 +81,3 @@ def stay_probability(transition_means: np.ndarray) -> float:
     symmetric chain's targets are 1 - p (bigram) and 1/S (unigram).
     """
     return float(np.mean(np.diag(transition_means)))
-
-
-def plateau_length(
-    steps: np.ndarray, loss: np.ndarray, level: float, band: float, before: float
-) -> float:
-    """Iterations of the longest stretch with |loss - level| <= band, evaluated before ``before``.
-
-    A stretch is a run of consecutive evaluations inside the band; its length is the last
-    minus the first evaluation step (0 for a single evaluation, nan if none). Evaluations at
-    or after step ``before`` (e.g. the half-gap step) are ignored; pass inf to use them all.
-    """
-    inside = (np.abs(loss - level) <= band) & (steps < before)
-    longest = float("nan")
-    start: int | None = None
-    for i, flag in enumerate(np.append(inside, False)):
-        if flag and start is None:
-            start = i
-        elif not flag and start is not None:
-            length = float(steps[i - 1] - steps[start])
-            longest = length if np.isnan(longest) else max(longest, length)
-            start = None
-    return longest

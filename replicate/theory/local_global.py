@@ -427,6 +427,34 @@ def loss_gradient_attention(
     )
 
 
+def loss_gradient_attention_with_bias(
+    e: ArrayLike, w: ArrayLike, b: ArrayLike, a: ArrayLike, p: float, q: float
+) -> FloatArray:
+    """(dL/de, dL/dw, dL/db, dL/da) of L(e, w, b, a), paper B Eq. (44), on the last axis.
+
+    The chain rule through logit_X = e^2 [(X - 1/2) A B + w|w| |A|] + b, A = 1 + a e^2,
+    B = 1 + 2w|w|: dL/dtheta = sum_x pi_x (sigma(logit_x) - P(Y = 1 | X = x)) dlogit_x/dtheta.
+    Paper B states no gradient for this loss (Lemma 13 is the one at b = b*); where A = 0
+    (Theta_station of Thm 9(iv)) d|A| is taken as 0: its coefficient there is
+    sum_x pi_x (sigma(b) - P(1 | x)) = sigma(b) - pi1, which vanishes at b = log(p/q).
+    """
+    constants = chain_constants(p, q)
+    e, w, b, a = _floats(e, w, b, a)
+    logit0, logit1 = canonical_logits(e, w, b, a)
+    residual0 = constants.pi0 * (expit(logit0) - constants.p)
+    residual1 = constants.pi1 * (expit(logit1) - (1.0 - constants.q))
+    big_a, big_b, ww = 1.0 + a * e**2, 1.0 + 2.0 * _signed_square(w), _signed_square(w)
+    gradient = np.zeros((*np.broadcast(e, w, b, a).shape, 4))
+    for half, residual in ((-0.5, residual0), (0.5, residual1)):
+        d_e = 2.0 * e * (half * big_a * big_b + ww * np.abs(big_a)) + e**2 * (
+            half * big_b * 2.0 * a * e + ww * np.sign(big_a) * 2.0 * a * e
+        )
+        d_w = e**2 * (half * big_a * 4.0 * np.abs(w) + 2.0 * np.abs(w) * np.abs(big_a))
+        d_a = e**4 * (half * big_b + ww * np.sign(big_a))
+        gradient += residual[..., None] * np.stack([d_e, d_w, np.ones_like(d_e), d_a], -1)
+    return gradient
+
+
 def hessian_on_w_axis(w: float, p: float, q: float, attention: bool = False) -> FloatArray:
     """Hessian of L(theta) at (e = 0, w) [and any a]: pi0 pi1 diag(2(p+q-1)(1+2w|w|), 0[, 0]).
 

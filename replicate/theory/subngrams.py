@@ -1,7 +1,7 @@
 """Paper C: the constructions theta_*^k of Sec. 3 and Thm. 4.2.
 
 * `set_construction` writes theta_*^k (paper C, Eqs. (6), (8a)-(8c), App. A.2 Eq. (10);
-  spec C §3.1) into one member of a `EnsembleDisentangled`, so theory checks and
+  spec C §3.1) into one member of an `EnsembleDisentangled`, so theory checks and
   training share one forward pass.
   Its c -> infinity output is the k-gram estimator over the *padded* match set
   (`replicate.analysis.kgram` with ``pad=True``; spec C §3.1, Lemma B.1).

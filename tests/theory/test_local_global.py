@@ -45,6 +45,7 @@ from replicate.theory.local_global import (
     loss,
     loss_gradient,
     loss_gradient_attention,
+    loss_gradient_attention_with_bias,
     loss_gradient_with_bias,
     loss_with_bias,
     optimal_bias,
@@ -283,6 +284,26 @@ def test_gradients_match_torch_autograd(p: float, q: float) -> None:
             value.backward()
             assert value.item() == pytest.approx(loss_of_point(point, p, q), abs=1e-13)
             np.testing.assert_allclose(gradient(*point, p, q), theta.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize(("p", "q"), CHAINS)
+def test_attention_gradient_with_bias_matches_finite_differences(p: float, q: float) -> None:
+    """The chain rule of Eq. (44) in R^4 (e, w, b, a); at a = 0 it is Lemma 3 (plus dL/da)."""
+    rng = np.random.default_rng(7)
+    for e, w, a in random_points(rng, 5, 3):
+        point = np.array([e, w, rng.normal(), a])
+        expected = central_difference_gradient(
+            lambda x: float(loss_with_bias(x[0], x[1], x[2], p, q, x[3])), point
+        )
+        np.testing.assert_allclose(
+            loss_gradient_attention_with_bias(*point, p, q), expected, atol=1e-8
+        )
+    e, w, b = 0.8, -0.4, 0.3
+    np.testing.assert_allclose(
+        loss_gradient_attention_with_bias(e, w, b, 0.0, p, q)[:3],
+        loss_gradient_with_bias(e, w, b, p, q),
+        atol=1e-15,
+    )
 
 
 def test_attention_gradient_reduces_to_lemma_7_at_a_zero() -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 import torch
 
-from lightning_modules import ChainMember, EnsembleGPT, GPTConfig, OptimConfig
+from lightning_modules import EnsembleGPT, GPTConfig
 from replicate import analysis
 from replicate.config import (
     BinaryChainSettings,
@@ -26,6 +26,9 @@ from replicate.markov import (
     symmetric_kernel,
 )
 from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
+
+if TYPE_CHECKING:
+    from lightning_modules import ChainMember
 
 InitialLaw = Literal["stationary", "uniform"]
 
@@ -124,6 +127,8 @@ def train_and_fit(
     Each member's dict holds the `FittedRun` fields with ``steps`` and ``transition_means``
     (keyword arguments of `BinaryRun` and `StateRun`).
     """
+    from lightning_modules import OptimConfig  # imports Lightning: only where trained (issue 13)
+
     tying = "tied" if tied else "untied"
     trained = train_ensemble(
         gpt_ensemble(gpt_config(model, vocab, training.seq_len, tied), [m.seed for m in members]),
@@ -165,6 +170,8 @@ def train_binary_runs(
     detail: str = "",
 ) -> tuple[list[BinaryRun], TrainedEnsemble]:
     """Train every (chain, seed) pair for one tying choice as a single ensemble."""
+    from lightning_modules import ChainMember  # imports Lightning: only where trained (issue 13)
+
     pairs = [(c, s) for c in chains for s in seeds]
     members = [ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs]
     trained, fits = train_and_fit(members, 2, tied, model, training, optim, ctx, detail)
@@ -261,6 +268,8 @@ def train_symmetric_runs(
 
     x_1 is uniform, which is the stationary law of the symmetric kernel (spec A, Sec. 2).
     """
+    from lightning_modules import ChainMember  # imports Lightning: only where trained (issue 13)
+
     pairs = [(p, s) for p in ps for s in seeds]
     uniform = np.full(states, 1.0 / states)
     members = [ChainMember(symmetric_kernel(states, p), uniform, s) for p, s in pairs]

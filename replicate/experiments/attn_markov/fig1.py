@@ -19,7 +19,6 @@ from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.axes import Axes
 from pydantic import Field, model_validator
 
@@ -335,6 +334,8 @@ def _depth_label(metrics: Metrics, variant: str, depth: int, seeds: list[int]) -
 
 
 def _plot_fig1(s: Fig1Settings, curves: pd.DataFrame, metrics: Metrics, ctx: RunContext) -> None:
+    import seaborn as sns  # only where drawn (issue 13: start-up)
+
     fig, axes = plotting.figure(1, len(s.variants), width=6.0, height=4.2)
     refs = chain_references(s.chain)
     tag = s.chain.tag

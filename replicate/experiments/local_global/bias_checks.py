@@ -9,6 +9,9 @@
   against a numeric minimisation over b.
 * Thm 7: Gamma_* (Theta_* with b - e^2/2 = log(p/(1-p))) is critical with loss H_bi;
   Gamma_min and Gamma_sad (e = 0, b = log(p/q)) are critical with loss H_uni.
+* Thm 6 (Eq. 30, the list is complete): every root of the Lemma 3 gradient that a
+  least-squares solver finds from random starts lies in Gamma_* U Gamma_min U Gamma_sad,
+  measured as the distance of the sets' equations (Eqs. 27-29) from zero.
 * Lemma 4: the Hessian at e = 0, b = log(p/q) is pi0 pi1 diag(1, 2(p+q-1)(1+2w|w|), 0) in
   the order (b, e, w), against central second differences.
 """
@@ -19,7 +22,7 @@ import itertools
 import math
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import least_squares, minimize_scalar
 
 from replicate.config import BinaryChainSettings
 from replicate.experiments.base import Metrics
@@ -116,6 +119,36 @@ def thm7_errors(
     return gradient, loss_error
 
 
+def thm6_set_residual(point: np.ndarray, chain: BinaryChainSettings) -> float:
+    """Distance of the nearest critical set's equations from zero at (e, w, b): Gamma_*
+    (Eq. 27: e^2(1 + 2w|w|) = c*, b - e^2/2 = log(p/(1-p))) or Gamma_min U Gamma_sad
+    (Eqs. 28-29: e = 0, b = log(p/q); the sign of (p+q-1)(1+2w|w|) only splits them)."""
+    p, q = chain.p, chain.q
+    e, w, b = point
+    star = max(
+        abs(e**2 * (1.0 + 2.0 * w * abs(w)) - lg.chain_constants(p, q).c_star),
+        abs(b - e**2 / 2.0 - math.log(p / (1.0 - p))),
+    )
+    return min(star, max(abs(e), abs(b - math.log(p / q))))
+
+
+def thm6_root_residual(chain: BinaryChainSettings, rng: np.random.Generator, n: int) -> float:
+    """max `thm6_set_residual` over the roots (|grad L| < 1e-10) that Levenberg-Marquardt on
+    the Lemma 3 gradient reaches from n uniform starts in [-2, 2]^2 x [-3, 3]; infinite if
+    none is found (then the check has nothing to show)."""
+    p, q = chain.p, chain.q
+
+    def gradient(x: np.ndarray) -> np.ndarray:
+        return lg.loss_gradient_with_bias(x[0], x[1], x[2], p, q)
+
+    residuals = []
+    for start in rng.uniform([-2.0, -2.0, -3.0], [2.0, 2.0, 3.0], (n, 3)):
+        end = least_squares(gradient, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15).x
+        if np.abs(gradient(end)).max() < 1e-10:
+            residuals.append(thm6_set_residual(end, chain))
+    return max(residuals, default=math.inf)
+
+
 def lemma4_error(chain: BinaryChainSettings, rng: np.random.Generator, n: int) -> float:
     """max |Lemma 4 Hessian - central second differences| at e = 0, b = log(p/q)."""
     p, q, h = chain.p, chain.q, 1e-4
@@ -158,3 +191,8 @@ def bias_checks(chains: list[BinaryChainSettings], rng: np.random.Generator, n: 
             }
         )
     return {key: max(row[key] for row in rows) for key in rows[0]}
+
+
+def thm6_checks(chains: list[BinaryChainSettings], rng: np.random.Generator, n: int) -> Metrics:
+    """The worst Thm 6 root residual over ``chains`` (``n`` solver starts per chain)."""
+    return {"thm6_root_max_set_residual": float(max(thm6_root_residual(c, rng, n) for c in chains))}

@@ -6,7 +6,8 @@ with the critical sets of Thm 1. Panels (b, d): the basins I_* and I_min of Thm 
 from Gaussian initialisations ended. The claims are checked on Gaussian, grid, e-axis and
 I_common initialisations (spec B §4, Fig. 1a-d), plus the closed forms behind them
 (Lemmas 5, 7, 8 and Thm 1) and, with the bias b, Lemmas 2, 3, 4, 6 and Thm 7
-(`bias_checks`). No training happens here.
+(`bias_checks`) and Thm 6 (`thm6_checks`), and Thms 4-5 on the full transformer at App. D's
+construction (`full_model_checks`). No training happens here.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from scipy.optimize import minimize_scalar
 from replicate import plotting
 from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
-from replicate.experiments.local_global.bias_checks import bias_checks
+from replicate.experiments.local_global.bias_checks import bias_checks, thm6_checks
 from replicate.experiments.local_global.flows import (
     CLASS_COLORS,
     CLASS_NAMES,
@@ -36,6 +37,7 @@ from replicate.experiments.local_global.flows import (
     theorem_loss_error,
     trajectory_frame,
 )
+from replicate.experiments.local_global.full_model_checks import full_model_checks
 from replicate.theory import local_global as lg
 
 STAR, MIN = lg.LimitClass.STAR, lg.LimitClass.MIN
@@ -419,6 +421,8 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     metrics |= axis_metrics | _basin_metrics(s, runs) | _gaussian_metrics(s, runs)
     # the with-bias checks draw from their own generator, so the draws above do not move
     metrics |= bias_checks(s.chains, np.random.default_rng([s.seed, 1]), s.check_points)
+    metrics |= thm6_checks(s.chains, np.random.default_rng([s.seed, 2]), min(s.check_points, 25))
+    metrics |= full_model_checks(s.chains)
     traj = _plotted_trajectories(s)
     ctx.save_csv(pd.concat([runs, axis_runs], ignore_index=True), "inits.csv")
     ctx.save_csv(traj, "trajectories.csv")

@@ -4,7 +4,8 @@ The flow (GF-attn) conserves E(e, w, a) = e^2 - (w^2 + sign(w) log|w|) - 2a^2 (E
 Lemma 14) and converges to a critical point of Thm 10 (Thm 3). Paper B has no closed-form
 basins in 3-D; its Fig. 2 (and the informal Thm 11, App. M.5) shows that small Gaussian
 inits end at local minima for p + q > 1 and at global minima for p + q < 1. Checked here
-on Gaussian inits (spec B §4, Fig. 2: F2-energy, F2-gauss, F2-crit, F2-report). No training.
+on Gaussian inits (spec B §4, Fig. 2: F2-energy, F2-gauss, F2-crit, F2-report), plus the
+critical sets of the same model with the bias b in R^4 (Thm 9, `thm9_checks`). No training.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from replicate import plotting
 from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global import plot3d
+from replicate.experiments.local_global.attention_bias_checks import thm9_checks
 from replicate.experiments.local_global.flows import (
     CLASS_COLORS,
     CLASS_NAMES,
@@ -218,6 +220,8 @@ def fig2(s: Fig2Settings, ctx: RunContext) -> Metrics:
     metrics = crit_metrics(s, rng)
     runs = _run_gaussian(s, rng)
     metrics |= _flow_metrics(s, runs) | _plane_metrics(s, rng)
+    # Thm 9 (with bias) draws from its own generator, so the draws above do not move
+    metrics |= thm9_checks(s.chains, np.random.default_rng([s.seed, 1]), s.check_points)
     shown = rng.normal(0.0, s.plotted_sigma, (s.plotted_trajectories, 3))
     traj = pd.concat(
         [trajectory_frame(integrate(shown, c, s.flow), c) for c in s.panels], ignore_index=True

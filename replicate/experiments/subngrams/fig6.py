@@ -62,7 +62,7 @@ def stagewise(stage: Stages, final_order: int) -> bool:
 def gradient_metrics(
     steps: np.ndarray, stage: Stages, minibatch: np.ndarray, population: np.ndarray
 ) -> Metrics:
-    """F6b-F6d (spec C §4.6) of one member."""
+    """F6b-F6d (spec C §4.6) of one member (NaN / inf without a transition)."""
     ratio, peak = gradient_ratio(steps, minibatch, stage, smooth=True)
     pop_ratio, _ = gradient_ratio(steps, population, stage, smooth=False)
     return {
@@ -71,6 +71,12 @@ def gradient_metrics(
         "grad_peak_step": peak,
         "grad_peak_distance": peak_distance(peak, stage),
     }
+
+
+def finite_max(values: np.ndarray) -> float:
+    """Max over the seeds that made a transition (finite values); NaN if none did."""
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else math.nan
 
 
 def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
@@ -112,7 +118,7 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
         "F6a/frac_seeds_stagewise": float(col("stagewise").mean()),
         "F6b/max_grad_ratio": float(np.nanmax(col("grad_ratio"))),
         "F6c/max_pop_grad_ratio": float(np.nanmax(col("pop_grad_ratio"))),
-        "F6d/max_peak_distance": float(col("grad_peak_distance").max()),
+        "F6d/max_peak_distance": finite_max(col("grad_peak_distance")),
         "heads/frac_seeds_bigram_heads_on_plateau": float(np.nanmean(col("plateau_heads_bigram"))),
         "heads/frac_seeds_trigram_heads_at_end": float(col("final_heads_trigram").mean()),
     }

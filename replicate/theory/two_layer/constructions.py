@@ -231,9 +231,14 @@ def _set(model: EnsembleGPT, name: str, index: int, value: torch.Tensor) -> None
     param[index].copy_(value.to(param.dtype))
 
 
-def _set_member(model: EnsembleGPT, kind: Construction, i: int, member: Member) -> None:
-    layout = Layout(model.cfg.vocab_size, ungated=kind == "ungated")
-    s, k, length = layout.states, member.order, model.cfg.block_size
+def _set_qkv(model: EnsembleGPT, layer: int, index: int, qkv: torch.Tensor) -> None:
+    """c_attn of ``layer`` from [W_Q; W_K; W_V] stacked as (3, rows, d)."""
+    _set(model, f"transformer.h.{layer}.attn.c_attn.weight", index, qkv.reshape(-1, qkv.shape[-1]))
+
+
+def _set_common(model: EnsembleGPT, layout: Layout, i: int) -> None:
+    """Embedding E[one, s] = 1, E[tok + s, s] = 1; readout of the ``out`` block, bias 0."""
+    s = layout.states
     embedding = torch.zeros(s, layout.width, dtype=torch.float64)
     embedding[:, layout.one] = 1.0
     embedding[:, layout.block("tok")] = torch.eye(s, dtype=torch.float64)
@@ -241,91 +246,76 @@ def _set_member(model: EnsembleGPT, kind: Construction, i: int, member: Member) 
     readout = torch.zeros(s, layout.width, dtype=torch.float64)
     readout[:, layout.block("out")] = torch.eye(s, dtype=torch.float64)
     _set(model, "lm_head.weight", i, readout)
-    _set(model, "lm_head.bias", i, torch.zeros(s, dtype=torch.float64))
-    u_window, v_window = range(k), range(1, k + 1)
 
-    def table(window: range, signal: bool) -> torch.Tensor:
-        return _window_table(layout, k, window, member.big, length, signal)
 
-    h = "transformer.h"
+def _set_single_head(
+    model: EnsembleGPT, layout: Layout, i: int, member: Member, ungated: bool
+) -> None:
+    """2L1H (App. B.1) or its ungated variant (App. B.2): v-head, mask / u sublayers
+    (+ v-hat copy), layer-2 head (spec D §3.3, §3.6)."""
+    k, length = member.order, model.cfg.block_size
+    mlp = "transformer.h.0.mlp.layers"
+    _set_qkv(model, 0, i, _triadic_qkv(layout, layout.block("v"), True))
+    v_table = _window_table(layout, k, range(1, k + 1), member.big, length, True)
+    _set(model, "transformer.h.0.attn.rel_pe.weight", i, v_table[None])
+    w1, b1 = _mask_sublayer(layout, k)
+    _set(model, f"{mlp}.0.fc.weight", i, w1)
+    _set(model, f"{mlp}.0.fc.bias", i, b1)
+    _set(model, f"{mlp}.1.fc.weight", i, _u_sublayer(layout, k, "u" if ungated else "uhat"))
+    if ungated:
+        _set_qkv(model, 1, i, _ungated_qkv(layout))
+    else:
+        _set(model, f"{mlp}.2.fc.weight", i, _copy(layout, "v", "vhat"))
+        _set_qkv(model, 1, i, _induction_qkv(layout, member))
+
+
+def _set_two_heads(model: EnsembleGPT, layout: Layout, i: int, member: Member) -> None:
+    """2L2H (App. A.2.1): u- and v-head summed by c_proj = [I I], copy MLP, induction head."""
+    k, length = member.order, model.cfg.block_size
+    heads = [_triadic_qkv(layout, layout.block("u"), False)]
+    heads.append(_triadic_qkv(layout, layout.block("v"), True))
+    _set_qkv(model, 0, i, torch.cat(heads, dim=1))  # rows [Q_u; Q_v; K_u; K_v; V_u; V_v]
+    tables = [_window_table(layout, k, range(k), member.big, length, False)]
+    tables.append(_window_table(layout, k, range(1, k + 1), member.big, length, True))
+    _set(model, "transformer.h.0.attn.rel_pe.weight", i, torch.stack(tables))
+    eye = torch.eye(layout.width, dtype=torch.float64)
+    _set(model, "transformer.h.0.attn.c_proj.weight", i, torch.cat([eye, eye], dim=1))
+    _set(model, "transformer.h.0.mlp.layers.0.fc.weight", i, _copy(layout, "u", "uhat"))
+    _set(model, "transformer.h.0.mlp.layers.1.fc.weight", i, _copy(layout, "v", "vhat"))
+    _set_qkv(model, 1, i, _induction_qkv(layout, member))
+
+
+def _set_three_layers(model: EnsembleGPT, layout: Layout, i: int, member: Member) -> None:
+    """3L1H (Rajaraman et al. Thm 4): u-head + FFN, v-head + FFN, induction head + FFN
+    whose second matrix is 0 (spec D §3.4); FFN: W_1 = I (ReLU of a non-negative stream),
+    W_2 copies u -> u-hat (v -> v-hat) before the LN."""
+    k, length = member.order, model.cfg.block_size
+    eye = torch.eye(layout.width, dtype=torch.float64)
+    heads = (("u", range(k), False), ("v", range(1, k + 1), True))
+    for layer, (dst, window, signal) in enumerate(heads):
+        _set_qkv(model, layer, i, _triadic_qkv(layout, layout.block(dst), signal))
+        table = _window_table(layout, k, window, member.big, length, signal)
+        _set(model, f"transformer.h.{layer}.attn.rel_pe.weight", i, table[None])
+        _set(model, f"transformer.h.{layer}.mlp.layers.0.fc.weight", i, eye)
+        _set(
+            model,
+            f"transformer.h.{layer}.mlp.layers.1.fc.weight",
+            i,
+            _copy(layout, dst, f"{dst}hat"),
+        )
+    _set_qkv(model, 2, i, _induction_qkv(layout, member))
+    _set(model, "transformer.h.2.mlp.layers.0.fc.weight", i, eye)
+
+
+def _set_member(model: EnsembleGPT, kind: Construction, i: int, member: Member) -> None:
+    layout = Layout(model.cfg.vocab_size, ungated=kind == "ungated")
+    _set_common(model, layout, i)
     if kind in ("2l1h", "ungated"):
-        _set(
-            model,
-            f"{h}.0.attn.c_attn.weight",
-            i,
-            _triadic_qkv(layout, layout.block("v"), True).reshape(-1, layout.width),
-        )
-        _set(model, f"{h}.0.attn.rel_pe.weight", i, table(v_window, True)[None])
-        w1, b1 = _mask_sublayer(layout, k)
-        _set(model, f"{h}.0.mlp.layers.0.fc.weight", i, w1)
-        _set(model, f"{h}.0.mlp.layers.0.fc.bias", i, b1)
-        target = "u" if kind == "ungated" else "uhat"
-        _set(model, f"{h}.0.mlp.layers.1.fc.weight", i, _u_sublayer(layout, k, target))
-        if kind == "2l1h":
-            _set(model, f"{h}.0.mlp.layers.2.fc.weight", i, _copy(layout, "v", "vhat"))
-            _set(
-                model,
-                f"{h}.1.attn.c_attn.weight",
-                i,
-                _induction_qkv(layout, member).reshape(-1, layout.width),
-            )
-        else:
-            _set(
-                model,
-                f"{h}.1.attn.c_attn.weight",
-                i,
-                _ungated_qkv(layout).reshape(-1, layout.width),
-            )
+        _set_single_head(model, layout, i, member, ungated=kind == "ungated")
     elif kind == "2l2h":
-        u_head = _triadic_qkv(layout, layout.block("u"), False)
-        v_head = _triadic_qkv(layout, layout.block("v"), True)
-        _set(
-            model,
-            f"{h}.0.attn.c_attn.weight",
-            i,
-            torch.cat([u_head, v_head], dim=1).reshape(-1, layout.width),
-        )
-        _set(
-            model,
-            f"{h}.0.attn.rel_pe.weight",
-            i,
-            torch.stack([table(u_window, False), table(v_window, True)]),
-        )
-        eye = torch.eye(layout.width, dtype=torch.float64)
-        _set(model, f"{h}.0.attn.c_proj.weight", i, torch.cat([eye, eye], dim=1))
-        _set(model, f"{h}.0.mlp.layers.0.fc.weight", i, _copy(layout, "u", "uhat"))
-        _set(model, f"{h}.0.mlp.layers.1.fc.weight", i, _copy(layout, "v", "vhat"))
-        _set(
-            model,
-            f"{h}.1.attn.c_attn.weight",
-            i,
-            _induction_qkv(layout, member).reshape(-1, layout.width),
-        )
-    else:  # 3l1h
-        heads = (("u", u_window, False), ("v", v_window, True))
-        for layer, (dst, window, signal) in enumerate(heads):
-            _set(
-                model,
-                f"{h}.{layer}.attn.c_attn.weight",
-                i,
-                _triadic_qkv(layout, layout.block(dst), signal).reshape(-1, layout.width),
-            )
-            _set(model, f"{h}.{layer}.attn.rel_pe.weight", i, table(window, signal)[None])
-            _set(
-                model,
-                f"{h}.{layer}.mlp.layers.0.fc.weight",
-                i,
-                torch.eye(layout.width, dtype=torch.float64),
-            )
-            _set(model, f"{h}.{layer}.mlp.layers.1.fc.weight", i, _copy(layout, dst, f"{dst}hat"))
-        _set(
-            model,
-            f"{h}.2.attn.c_attn.weight",
-            i,
-            _induction_qkv(layout, member).reshape(-1, layout.width),
-        )
-        eye = torch.eye(layout.width, dtype=torch.float64)
-        _set(model, f"{h}.2.mlp.layers.0.fc.weight", i, eye)  # ReLU(h0) = h0; W_2 = 0
+        _set_two_heads(model, layout, i, member)
+    else:
+        _set_three_layers(model, layout, i, member)
 
 
 def build(

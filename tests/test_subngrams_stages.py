@@ -1,0 +1,63 @@
+"""Paper C's stage analysis on a synthetic two-stage curve (spec C §4.0, §4.6)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from replicate.experiments.subngrams.fig6 import gradient_metrics, stagewise
+from replicate.experiments.subngrams.stages import (
+    StageSettings,
+    first_step_on,
+    heads_on,
+    masses_of,
+    max_rise,
+    stages,
+)
+
+SETTINGS = StageSettings(rho=0.05, threshold=0.4, dominance=2.0)
+LEVELS = [1.58, 1.51, 1.26]  # b_1 > b_2 > b_3, as paper C's Fig. 6 setting
+
+
+def _curve() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fast fall to a bigram plateau (1.50), a jump at step 2000 to the trigram level (1.29);
+    the gradient norm is 0.02 on the plateaus and peaks at 0.1 during the jump."""
+    steps = np.arange(0, 4001, 16, dtype=float)
+    loss = 1.29 + 0.21 / (1 + np.exp((steps - 2000) / 40)) + 0.1 * np.exp(-steps / 60)
+    grad = 0.02 + 0.08 * np.exp(-(((steps - 2000) / 60) ** 2))
+    return steps, loss, grad
+
+
+def test_two_stage_curve_is_stagewise_with_a_gradient_spike() -> None:
+    steps, loss, grad = _curve()
+    stage = stages(steps, loss, LEVELS, SETTINGS)
+    assert stage.orders == [2, 3] and stagewise(stage, 3)
+    assert stage.longest_below(3) is stage.plateaus[0]
+    values = gradient_metrics(steps, stage, grad, grad)
+    assert values["grad_ratio"] < 0.3 and values["pop_grad_ratio"] < 0.3
+    # the peak of the running median (9 evaluations) lies within half a window of 2000
+    assert values["grad_peak_distance"] == 0.0 and abs(values["grad_peak_step"] - 2000) <= 4 * 16
+    assert max_rise(loss) < 1e-9  # the curve never rises
+
+
+def test_unordered_baselines_assign_nothing_and_no_transition_gives_nan() -> None:
+    steps, loss, grad = _curve()
+    flat = np.full_like(loss, 1.5)
+    stage = stages(steps, flat, [1.5, 1.6, 1.2], SETTINGS)  # a tiny test set: not decreasing
+    assert all(o is None for o in stage.orders)
+    assert math.isnan(gradient_metrics(steps, stage, grad, grad)["grad_ratio"])
+
+
+def test_heads_on_offsets_from_attention_maps() -> None:
+    t = 16
+    previous = torch.diag(torch.ones(t - 1), -1)
+    previous[0, 0] = 1.0  # head on delta = 1
+    uniform = torch.tril(torch.ones(t, t))
+    uniform /= uniform.sum(-1, keepdim=True)
+    masses = masses_of(torch.stack([previous, uniform]))
+    assert heads_on(masses, SETTINGS) == {1}
+    history = np.stack([masses_of(torch.stack([uniform, uniform])), masses])
+    assert first_step_on(np.array([0.0, 10.0]), history, 1, SETTINGS) == 10.0
+    assert first_step_on(np.array([0.0, 10.0]), history, 2, SETTINGS) == math.inf
