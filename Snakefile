@@ -8,8 +8,9 @@
 # profiles/default (read automatically) sets cores, rerun-incomplete and printing.
 import sys
 
-from replicate.config import ConfigError, load_params
+from replicate.config import ConfigError, ResourceRequest, load_params
 from replicate.experiments import code_dependencies
+from replicate.plan import expected_seconds, read_resources
 
 configfile: "params.yaml"
 
@@ -24,6 +25,10 @@ SCALE = PARAMS.scale
 EXPERIMENTS = PARAMS.experiments
 THREADS = PARAMS.raw.runtime.threads
 PY = f"{sys.executable} -m replicate --scale {SCALE}"
+# The cost plan's requests (`python -m replicate plan`, profiles/slurm/planned-<scale>.yaml)
+# stand in for cluster.resources where written; an experiment's own block still wins.
+PLANNED = read_resources(SCALE)
+EXPECTED_SECONDS = expected_seconds(SCALE, list(EXPERIMENTS))
 
 localrules:
     all,
@@ -84,8 +89,13 @@ for exp_name, exp in EXPERIMENTS.items():
         benchmark:
             f"logs/benchmarks/{exp_name}.tsv"
         threads: THREADS
+        # Longest jobs first (issue 13), so that the last job to finish is a short one:
+        # seconds from the rule's last benchmark, else from the cost plan.
+        priority: round(EXPECTED_SECONDS[exp_name])
         resources:
-            **PARAMS.resources(exp_name).model_dump(),
+            **PARAMS.resources(
+                exp_name, ResourceRequest(**PLANNED[exp_name]) if exp_name in PLANNED else None
+            ).model_dump(),
         params:
             # Values are bound here; a loop variable used inside `shell:` would be read
             # when the job runs, i.e. after the loop has moved on to the last experiment.

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         Source,
     )
     from lightning_modules.objectives import (
+        BinaryLogitCE,
         LastTokenLawCE,
         NextTokenCE,
         Objective,
@@ -44,6 +45,7 @@ _SUBMODULE = {
     "Member": "markov_data",
     "SequenceBatch": "markov_data",
     "Source": "markov_data",
+    "BinaryLogitCE": "objectives",
     "LastTokenLawCE": "objectives",
     "NextTokenCE": "objectives",
     "Objective": "objectives",
@@ -68,6 +70,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BinaryLogitCE",
     "ChainMember",
     "EnsembleGPT",
     "EnsembleModule",

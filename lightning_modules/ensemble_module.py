@@ -36,7 +36,9 @@ Probe = Callable[[nn.Module], np.ndarray]
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW with a schedule; Adam's beta1 = 0 is allowed (paper C's code, spec C §0.5).
+    """AdamW (or plain SGD) with a schedule; Adam's beta1 = 0 is allowed (paper C's code,
+    spec C §0.5). ``algorithm = "sgd"`` is plain SGD without momentum (paper B's canonical
+    3-scalar model, the authors' ``Markov-Fixed`` code, spec B §3.4).
 
     Schedules: ``constant``; ``onecycle_cosine``, the authors' OneCycleLR of papers A and D
     (warm-up over ``pct_start`` from lr/div_factor, cosine down to
@@ -54,11 +56,12 @@ class OptimConfig:
     div_factor: float = 100.0
     final_div_factor: float = 0.05
     clip_norm: float | None = None
+    algorithm: Literal["adamw", "sgd"] = "adamw"
 
 
 def member_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
     """(E,) Euclidean norm of each member's slice (axis 0) over all ``tensors``."""
-    squares = sum(t.detach().double().pow(2).flatten(1).sum(1) for t in tensors)
+    squares = sum(t.detach().double().pow(2).reshape(t.shape[0], -1).sum(1) for t in tensors)
     return torch.as_tensor(squares).sqrt()
 
 
@@ -225,14 +228,17 @@ class EnsembleModule(L.LightningModule):
             decay, no_decay = self.model.decay_parameters()
         else:
             decay, no_decay = list(self.model.parameters()), []
-        opt = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": self.optim.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.optim.lr,
-            betas=(self.optim.beta1, self.optim.beta2),
-        )
+        groups = [
+            {"params": decay, "weight_decay": self.optim.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        opt: torch.optim.Optimizer
+        if self.optim.algorithm == "sgd":
+            opt = torch.optim.SGD(groups, lr=self.optim.lr)
+        else:
+            opt = torch.optim.AdamW(
+                groups, lr=self.optim.lr, betas=(self.optim.beta1, self.optim.beta2)
+            )
         if self.optim.schedule == "constant":
             return opt
         if self.optim.schedule == "onecycle_cosine":

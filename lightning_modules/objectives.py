@@ -1,10 +1,12 @@
 """Training objectives: what a model's output is compared with, one loss per member.
 
 An objective maps ``(model, batch)`` to the (E,) per-member mean losses; the training loss
-is their sum, so each member's gradient is its own. Two objectives cover the four papers:
+is their sum, so each member's gradient is its own. Three objectives cover the four papers:
 
 * `NextTokenCE`: cross-entropy of the next token at every position (paper A, Eq. (1);
-  paper B, Sec. 2; paper D, Sec. 2 and the authors' llm-baselines code).
+  paper B, Sec. 2; paper D, Sec. 2 and the authors' llm-baselines code), and
+  `BinaryLogitCE`, the same loss for models with one logit per position (paper B's
+  canonical model).
 * `LastTokenLawCE`: cross-entropy at the last position only, against the exact law of the
   next token, -sum_s y_s log(f_s + eps) (paper C, Eq. (1); spec C §0.1, with the
   authors' eps = 1e-8).
@@ -105,6 +107,33 @@ class NextTokenCE:
 
     def test_loss(self, model: nn.Module, batch: SequenceBatch, chunk: int) -> np.ndarray:
         return evaluate_next_token(model, batch.tokens, chunk).loss
+
+
+class BinaryLogitCE:
+    """Binary cross-entropy of x_{n+1} at every position from one logit per position.
+
+    For models that output logit_n of P(x_{n+1} = 1 | x_1..x_n), (E, B, N), as paper B's
+    canonical model does (paper B, Eq. (6)); equal to `NextTokenCE` on the logits (0, logit_n).
+    """
+
+    def extra_tokens(self) -> int:
+        return 1
+
+    def per_token(self, model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        logits = model(tokens[..., :-1])
+        targets = tokens[..., 1:].to(logits.dtype)
+        return F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+
+    def loss(self, model: nn.Module, batch: SequenceBatch) -> torch.Tensor:
+        return self.per_token(model, batch.tokens).flatten(1).mean(1)
+
+    @torch.no_grad()
+    def test_loss(self, model: nn.Module, batch: SequenceBatch, chunk: int) -> np.ndarray:
+        device = next(model.parameters()).device
+        total = torch.zeros(batch.tokens.shape[0], dtype=torch.float64, device=device)
+        for tokens in batch.tokens.split(chunk, dim=1):
+            total += self.per_token(model, tokens.to(device)).double().flatten(1).sum(1)
+        return (total / batch.tokens[0, :, 1:].numel()).cpu().numpy()
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""Command line: `python -m replicate {list,run,claims,check}` (Snakemake calls these)."""
+"""Command line: `python -m replicate {list,run,claims,check,plan}` (Snakemake calls these)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -20,6 +21,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
     sub.add_parser("claims", help="evaluate every claim; write results/claims.json and REPORT.md")
     sub.add_parser("check", help="exit non-zero if a verdict in results/claims.json is unexpected")
+    plan = sub.add_parser(
+        "plan",
+        help="cost plan: calibrate every rule (trainings cut to a few steps), print model-steps, "
+        "peak memory, CPU/GPU-hours; write the cluster requests",
+    )
+    plan.add_argument("experiments", nargs="*", help="only these experiments (default: all)")
+    plan.add_argument("--steps", type=int, default=None, help="calibration steps per training")
+    plan.add_argument("--timeout", type=float, default=600.0, help="seconds per experiment")
+    plan.add_argument("--no-write", action="store_true", help="print only; write no requests")
+    calibrate = sub.add_parser("calibrate", help="(used by plan) calibrate one experiment")
+    calibrate.add_argument("experiment")
+    calibrate.add_argument("--root", type=Path, required=True, help="scratch folder")
+    calibrate.add_argument("--steps", type=int, required=True)
+    calibrate.add_argument("--out", type=Path, required=True, help="JSON file to write")
     return parser
 
 
@@ -42,6 +57,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         params.experiment(args.experiment)  # unknown name -> ConfigError before any work
         run_experiment(args.experiment, params, progress=not args.no_progress)
         return 0
+
+    if args.command == "calibrate":
+        from replicate.plan import calibrate
+
+        params = load_params(args.params, scale=args.scale, only=[args.experiment])
+        params.experiment(args.experiment)
+        args.out.write_text(json.dumps(calibrate(args.experiment, params, args.root, args.steps)))
+        return 0
+    if args.command == "plan":
+        return _plan(args)
 
     from replicate import claims
 
@@ -84,3 +109,26 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return 0
     raise AssertionError(args.command)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from replicate import plan
+
+    params = load_params(args.params, scale=args.scale)
+    for name in args.experiments:
+        params.experiment(name)
+    costs = plan.plan(
+        params,
+        args.params,
+        names=args.experiments or None,
+        steps=args.steps or plan.CALIBRATION_STEPS,
+        timeout=args.timeout,
+    )
+    print(
+        f"cost plan at {params.scale} scale ({costs[0].device if costs else 'cpu'}, "
+        f"{params.raw.runtime.threads} thread(s)):"
+    )
+    print(plan.table(costs))
+    if not args.no_write:
+        print(f"wrote {plan.write_resources(costs, params.scale)}")
+    return 0

@@ -287,18 +287,41 @@ class ParamsFile(Strict):
                 )
         for name, entry in self.derived_experiments.items():
             source = f"{entry.paper}_{entry.upstream}"
-            if entry.upstream is None or source not in self.experiments:
+            if entry.upstream is None or source not in self.all_experiments:
                 raise ValueError(
                     f"derived_experiments.{name}.upstream = {entry.upstream!r}: must name an "
-                    f"item of paper {entry.paper} under experiments"
+                    f"item of paper {entry.paper} under experiments or derived_experiments"
                 )
             if name in self.experiments:
                 raise ValueError(f"derived_experiments.{name}: also defined under experiments")
+        _upstream_first(self.derived_experiments)  # a derived upstream: no cycle
         return self
 
     @property
     def all_experiments(self) -> dict[str, ExperimentEntry]:
-        return {**self.experiments, **self.derived_experiments}
+        """Every experiment; derived ones last, each after a derived upstream."""
+        derived = self.derived_experiments
+        return {**self.experiments, **{n: derived[n] for n in _upstream_first(derived)}}
+
+
+def _upstream_first(derived: Mapping[str, ExperimentEntry]) -> list[str]:
+    """The names of ``derived``, each after its upstream when that is derived too (else in
+    params.yaml order); ValueError naming the loop when upstreams form a cycle."""
+    order: list[str] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in order or name not in derived:
+            return
+        if name in path:
+            loop = " -> ".join([*path[path.index(name) :], name])
+            raise ValueError(f"derived_experiments.{path[0]}.upstream: cycle {loop}")
+        entry = derived[name]
+        visit(f"{entry.paper}_{entry.upstream}", [*path, name])
+        order.append(name)
+
+    for name in derived:
+        visit(name, [])
+    return order
 
 
 # ----------------------------------------------------------------------------- loading
@@ -316,7 +339,7 @@ class Params:
 
     @property
     def experiments(self) -> dict[str, ExperimentEntry]:
-        """Every experiment, derived ones (reading another's outputs) last."""
+        """Every experiment, derived ones (reading another's outputs) last, upstreams first."""
         return self.raw.all_experiments
 
     def upstream_of(self, name: str) -> str | None:
@@ -342,10 +365,13 @@ class Params:
             self._settings[name] = _validated_settings(self.raw, name, self._source)
         return self._settings[name]
 
-    def resources(self, name: str) -> Resources:
-        """What experiment ``name``'s job asks of a scheduler at the active scale."""
+    def resources(self, name: str, planned: ResourceRequest | None = None) -> Resources:
+        """What experiment ``name``'s job asks of a scheduler at the active scale: its own
+        ``resources`` block, else ``planned`` (the cost plan, `replicate.plan`), else
+        ``cluster.resources``."""
         scale = self.raw.scale
-        return self.raw.cluster.resources[scale].merged(self.experiment(name).resources.get(scale))
+        default = self.raw.cluster.resources[scale].merged(planned)
+        return default.merged(self.experiment(name).resources.get(scale))
 
     @property
     def checkpoint_every(self) -> int:

@@ -6,7 +6,10 @@ The class names are part of the checkpoints' callback state keys: keep them.
 
 from __future__ import annotations
 
+import time
+
 import lightning as L
+import numpy as np
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 
@@ -42,3 +45,32 @@ class _LabelledProgressBar(TQDMProgressBar):
     def on_train_epoch_start(self, trainer: L.Trainer, *args: object) -> None:
         super().on_train_epoch_start(trainer, *args)
         self.train_progress_bar.set_description(self.label)
+
+
+class _StepTimer(L.Callback):
+    """Wall times of the training steps and of the step-0 evaluation (issue 13: the cost
+    plan). Callback hooks run before the module's own, so the interval from Lightning's
+    train start to the first batch holds the module's step-0 evaluation."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.batch_starts: list[float] = []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.perf_counter()
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        self.batch_starts.append(time.perf_counter())
+
+    def step_seconds(self) -> float:
+        """Median interval between consecutive batch starts, the first (warm-up) left out;
+        no evaluation falls inside these intervals (`calibrating` evaluates only at the
+        first and last step)."""
+        intervals = np.diff(self.batch_starts)[1:]
+        return float(np.median(intervals)) if intervals.size else float("nan")
+
+    def eval_seconds(self) -> float:
+        """From train start to the first batch: the step-0 evaluation (plus one fetch)."""
+        return self.batch_starts[0] - self.started if self.batch_starts else float("nan")

@@ -12,10 +12,11 @@ import hashlib
 import logging
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, is_dataclass
+from dataclasses import dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,6 +156,58 @@ def checkpointing(directory: Path, every: int) -> Iterator[None]:
         _SCOPE = previous
 
 
+@dataclass(frozen=True)
+class TrainingCost:
+    """One `train_ensemble` call seen inside `calibrating` (issue 13): its planned size and
+    the measured cost of a few of its steps on this machine."""
+
+    label: str
+    members: int
+    steps: int
+    eval_every: int
+    parameters: int
+    step_seconds: float
+    """Median wall time of one training step (sampling, forward, backward, update)."""
+    eval_seconds: float
+    """Wall time of one evaluation (test loss, gradient norms, probes)."""
+    device: str
+    calibration_seconds: float
+    """Wall time of the shortened training itself (data, module, fit)."""
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations of the full training: step 0, every ``eval_every``, the last step."""
+        return self.steps // self.eval_every + 1 + int(self.steps % self.eval_every != 0)
+
+    @property
+    def seconds(self) -> float:
+        """Estimated wall time of the full training."""
+        return self.steps * self.step_seconds + self.evaluations * self.eval_seconds
+
+
+@dataclass
+class _Calibration:
+    steps: int
+    costs: list[TrainingCost] = field(default_factory=list)
+
+
+_CALIBRATION: _Calibration | None = None
+
+
+@contextmanager
+def calibrating(steps: int) -> Iterator[list[TrainingCost]]:
+    """Inside this block every `train_ensemble` call trains only ``steps`` steps (at least
+    4), evaluating at the first and the last, and appends its `TrainingCost` to the list
+    yielded; what the experiment computes from such trainings is meaningless (issue 13: the
+    cost plan, `replicate.plan`)."""
+    global _CALIBRATION
+    previous, _CALIBRATION = _CALIBRATION, _Calibration(max(4, steps))
+    try:
+        yield _CALIBRATION.costs
+    finally:
+        _CALIBRATION = previous
+
+
 def _training_digest(
     model: nn.Module,
     members: Sequence[Member],
@@ -227,9 +280,18 @@ def train_ensemble(
     import lightning as L
 
     from lightning_modules import EnsembleModule, MarkovEnsembleData, NextTokenCE
-    from replicate.lightning_callbacks import _IntermediateCheckpoints, _LabelledProgressBar
+    from replicate.lightning_callbacks import (
+        _IntermediateCheckpoints,
+        _LabelledProgressBar,
+        _StepTimer,
+    )
 
     objective = objective if objective is not None else NextTokenCE()
+    calibration, planned, started = _CALIBRATION, plan, time.perf_counter()
+    if calibration is not None:
+        short = min(plan.steps, calibration.steps)
+        snapshots = tuple(s for s in plan.snapshot_steps if s <= short)
+        plan = replace(plan, steps=short, eval_every=short, snapshot_steps=snapshots)
     data = MarkovEnsembleData(
         members,
         plan.batch_size,
@@ -253,6 +315,9 @@ def train_ensemble(
         gradient_chunks=plan.gradset_chunks,
     )
     callbacks: list[L.Callback] = []
+    timer = _StepTimer() if calibration is not None else None
+    if timer is not None:
+        callbacks.append(timer)
     if progress:
         callbacks.append(_LabelledProgressBar(label, refresh_rate=max(1, plan.steps // 50)))
     folder = None
@@ -288,6 +353,20 @@ def train_ensemble(
     trainer.fit(module, datamodule=data, ckpt_path=resume, weights_only=True)
     if folder is not None:
         _keep_final_checkpoint(trainer, folder, plan.steps)
+    if calibration is not None and timer is not None:
+        calibration.costs.append(
+            TrainingCost(
+                label=label,
+                members=len(members),
+                steps=planned.steps,
+                eval_every=planned.eval_every,
+                parameters=sum(p.numel() for p in model.parameters()),
+                step_seconds=timer.step_seconds(),
+                eval_seconds=timer.eval_seconds(),
+                device=str(module.device),
+                calibration_seconds=time.perf_counter() - started,
+            )
+        )
     module.to("cpu")
     return TrainedEnsemble(
         module=module,

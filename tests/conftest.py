@@ -29,7 +29,7 @@ TINY_COUNTS = (
 )
 TINY_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
 # Paper D (two_layer): its sampling, counting and GD sizes, in its experiments and in its
-# derived experiments (which train too: Table 2's one-layer models, the noisy models).
+# derived experiments (which train too: Table 2's one-layer models, Tables 3-4's noisy models).
 TINY_TWO_LAYER = {
     "lengths": [8, 16],
     "sequences": 4,

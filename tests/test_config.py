@@ -103,6 +103,24 @@ def test_bad_values_name_key_and_value(tmp_path: Path, params_dict: dict, mutate
         assert needle in str(info.value)
 
 
+def test_derived_upstream_chain_is_ordered_and_cycles_refused(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """A derived experiment may read another derived one (paper D: maps -> table3 -> table4):
+    upstreams come first whatever the order in the file; a loop of upstreams is refused."""
+    data = copy.deepcopy(params_dict)
+    derived = data["derived_experiments"]
+    table4 = derived.pop("two_layer_table4")
+    data["derived_experiments"] = {"two_layer_table4": table4, **derived}
+    names = list(_load(tmp_path, data).experiments)
+    assert names.index("two_layer_table3") < names.index("two_layer_table4")
+    data["derived_experiments"]["two_layer_table3"]["upstream"] = "table4"
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, data)
+    for needle in ("cycle", "two_layer_table4 -> two_layer_table3 -> two_layer_table4"):
+        assert needle in str(info.value)
+
+
 def test_malformed_yaml(tmp_path: Path) -> None:
     path = tmp_path / "params.yaml"
     path.write_text("scale: ci\nexperiments: [unclosed\n")

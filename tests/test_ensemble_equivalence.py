@@ -2,8 +2,9 @@
 
 Checked for every model family and every objective the harness trains with: next-token
 cross-entropy on fixed chains (papers A, B), next-token cross-entropy with per-member
-gradient clipping on in-context chains (paper D), and the last-position soft-target loss
-on in-context chains (paper C), on the GPT family and on paper C's disentangled model.
+gradient clipping on in-context chains (paper D), the last-position soft-target loss on
+in-context chains (paper C), and the binary-logit loss with plain SGD (paper B's canonical
+model), on the GPT family, paper C's disentangled model and paper B's canonical model.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from lightning_modules import (
+    BinaryLogitCE,
     ChainMember,
     GPTConfig,
     LastTokenLawCE,
@@ -57,6 +59,13 @@ def _disentangled(seeds: Sequence[int]) -> nn.Module:
     return model
 
 
+def _canonical(seeds: Sequence[int]) -> nn.Module:
+    from lightning_modules.canonical import EnsembleCanonical
+
+    inits = np.array([[0.5, -1.0, 0.1], [0.3, 0.4, -0.2], [1.0, 0.2, 0.0]])  # (e, w, b)
+    return EnsembleCanonical(*inits[list(seeds)].T)  # member with seed s starts at inits[s]
+
+
 IN_CONTEXT = InContextSource(states=3, order=2, alpha=0.5)
 CASES: dict[str, tuple[ModelFactory, list[Member], Objective, OptimConfig]] = {
     "gpt-fixed-chains-next-token": (
@@ -76,6 +85,12 @@ CASES: dict[str, tuple[ModelFactory, list[Member], Objective, OptimConfig]] = {
         [Member(IN_CONTEXT, s) for s in (0, 1, 2)],
         LastTokenLawCE(eps=1e-8, output="logits"),
         OptimConfig(lr=1e-2, beta1=0.0, schedule="constant", weight_decay=0.0),
+    ),
+    "canonical-fixed-chains-binary-logit-sgd": (
+        _canonical,
+        [_member(0.5, 0.8, 0), _member(0.2, 0.3, 1), _member(0.5, 0.8, 2)],
+        BinaryLogitCE(),
+        OptimConfig(lr=0.5, weight_decay=0.0, schedule="constant", algorithm="sgd"),
     ),
     "disentangled-in-context-soft-target": (
         _disentangled,

@@ -394,7 +394,7 @@ def test_full_model_checks_hold_and_catch_a_wrong_reference(
 
     from replicate.experiments.local_global import full_model_checks as fm
 
-    m = fm.full_model_checks([BELOW, ABOVE])
+    m = fm.full_model_checks([BELOW, ABOVE], np.random.default_rng(0))
     assert all(value < 1e-12 for value in m.values())
     shifted = [(e, w, b + 1e-3) for e, w, b in fm.thm4_points(BELOW)]
     prediction, loss, gradient = fm._errors(
@@ -408,5 +408,22 @@ def test_full_model_checks_hold_and_catch_a_wrong_reference(
         return replace(c, pi1=c.pi1 + 1e-3, unigram_loss=c.unigram_loss + 1e-3)
 
     monkeypatch.setattr(fm.lg, "chain_constants", wrong)
-    wrong_m = fm.full_model_checks([ABOVE])
+    wrong_m = fm.full_model_checks([ABOVE], np.random.default_rng(0))
     assert wrong_m["thm5_max_prediction_error"] > 5e-4 and wrong_m["thm5_max_loss_error"] > 5e-4
+
+
+def test_appendix_c_prediction_is_the_model_and_a_swapped_count_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """App. C's closed form equals the full forward pass; with beta and r - beta swapped in
+    Eq. (17) the check fails."""
+    from replicate.experiments.local_global import full_model_checks as fm
+
+    assert fm.appendix_c_error(np.random.default_rng(1), 5) < 1e-12
+    real = lg.low_rank_predictions
+    monkeypatch.setattr(
+        fm.lg,
+        "low_rank_predictions",
+        lambda e, p, w, b, beta, r, d: real(e, p, w, b, r - beta, r, d),
+    )
+    assert fm.appendix_c_error(np.random.default_rng(1), 5) > 1e-3

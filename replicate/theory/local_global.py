@@ -203,6 +203,22 @@ def canonical_logits(
     return centre - gap / 2.0, centre + gap / 2.0
 
 
+def low_rank_predictions(
+    e: float, p: float, w: float, b: float, beta: int, r: int, d: int
+) -> tuple[float, float]:
+    """(P(x_{n+1} = 1 | x_n = 0), P(x_{n+1} = 1 | x_n = 1)) of the low-rank optimum of App. C.
+
+    Paper B App. C, Eq. (17) and the "Prediction" line after it: with e_vec = e alpha,
+    p_n = -p alpha (alpha in {+-1}^d), <v, alpha> = 0, W_1 = w w_vec alpha^T (w_vec in
+    {+-1}^r with beta ones), W_2 = W_1^T, e > p > 0 and w > 0, the prediction is
+    f = x_n sigma(e d (e - p)(1 + beta w^2 d) + b)
+        + (1 - x_n) sigma(-e d p (1 + (r - beta) w^2 d) + b).
+    """
+    at_one = e * d * (e - p) * (1.0 + beta * w**2 * d) + b
+    at_zero = -e * d * p * (1.0 + (r - beta) * w**2 * d) + b
+    return float(expit(at_zero)), float(expit(at_one))
+
+
 @dataclass(frozen=True)
 class CanonicalWeights:
     """Full-model weights that realise theta = (e, w, a) (paper B App. A.1, D, H.1).

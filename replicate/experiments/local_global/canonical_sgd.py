@@ -7,25 +7,25 @@ class that Thm 2 (p + q > 1) / Thm 8 (p + q < 1) gives for its (e_0, w_0). The b
 at b*(theta_0) (Lemma 5): with b_0 = 0 a near-separatrix init can cross the separatrix
 while b catches up (spec B §3.4).
 
-Training uses Lightning (`lightning_modules.canonical.CanonicalLM`) with the shared
-`MarkovEnsembleData` stream, as every other training in the harness; see that module for
-the measured per-step cost.
+Training goes through `train_ensemble`, as every other training in the harness: the
+`EnsembleCanonical` model, the `BinaryLogitCE` objective, plain SGD, and a probe that
+records (e, w, b) every ``record_every`` steps.
 """
 
 from __future__ import annotations
 
-import lightning as L
 import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from lightning_modules import ChainMember, MarkovEnsembleData
-from lightning_modules.canonical import CanonicalLM
+from lightning_modules import BinaryLogitCE, ChainMember, OptimConfig
+from lightning_modules.canonical import EnsembleCanonical
 from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global.flows import PositiveFloat
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.theory import local_global as lg
+from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
 
 
 class CanonicalSGDSettings(Strict):
@@ -48,7 +48,12 @@ def _runs(s: CanonicalSGDSettings) -> list[tuple[BinaryChainSettings, tuple[floa
     return [(chain, init) for chain in s.chains for init in s.inits]
 
 
-def train_canonical(s: CanonicalSGDSettings, ctx: RunContext) -> CanonicalLM:
+def _parameters(model: EnsembleCanonical) -> np.ndarray:
+    """(E, 3) parameters (e, w, b) of every run."""
+    return np.stack([p.detach().cpu().numpy() for p in (model.e, model.w, model.b)], 1)
+
+
+def train_canonical(s: CanonicalSGDSettings, ctx: RunContext) -> TrainedEnsemble:
     """One SGD run per (chain, init), all in one module and one Trainer."""
     runs = _runs(s)
     members = [
@@ -57,26 +62,32 @@ def train_canonical(s: CanonicalSGDSettings, ctx: RunContext) -> CanonicalLM:
     e0 = np.array([e for _, (e, _) in runs])
     w0 = np.array([w for _, (_, w) in runs])
     b0 = np.array([float(lg.optimal_bias(e, w, c.p, c.q)) for c, (e, w) in runs])
-    module = CanonicalLM(e0, w0, b0, s.lr, s.record_every)
-    data = MarkovEnsembleData(members, s.batch_size, s.seq_len + 1, s.steps, 1, s.seed)
-    trainer = L.Trainer(
-        accelerator="cpu",  # three scalars per run: a GPU would only add transfers
-        devices=1,
-        max_steps=s.steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=ctx.progress,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
+    plan = TrainingPlan(
+        steps=s.steps,
+        batch_size=s.batch_size,
+        seq_len=s.seq_len,
+        eval_every=s.record_every,
+        test_sequences=1,  # the loss that matters is the population loss, in closed form
+        test_seed=s.seed,
     )
-    trainer.fit(module, datamodule=data)
-    return module
+    return train_ensemble(
+        EnsembleCanonical(e0, w0, b0),
+        members,
+        plan,
+        OptimConfig(lr=s.lr, weight_decay=0.0, schedule="constant", algorithm="sgd"),
+        ctx.label(f"canonical SGD ({len(members)} runs)"),
+        objective=BinaryLogitCE(),
+        probes={"theta": _parameters},
+        progress=ctx.progress,
+    )
 
 
-def sgd_paths(s: CanonicalSGDSettings, module: CanonicalLM) -> pd.DataFrame:
-    """Tidy (e, w, b) paths with the logit gap Delta and the population loss L(e, w, b)."""
-    path = np.stack(module.path)  # (records, runs, 3)
+def sgd_paths(s: CanonicalSGDSettings, trained: TrainedEnsemble) -> pd.DataFrame:
+    """Tidy (e, w, b) paths with the logit gap Delta and the population loss L(e, w, b),
+    every ``record_every`` steps from step 0."""
+    recorded = trained.eval_steps % s.record_every == 0
+    steps = trained.eval_steps[recorded]
+    path = trained.probes["theta"][:, recorded].transpose(1, 0, 2)  # (records, runs, 3)
     frames = []
     for j, (chain, (e0, w0)) in enumerate(_runs(s)):
         e, w, b = path[:, j].T
@@ -85,7 +96,7 @@ def sgd_paths(s: CanonicalSGDSettings, module: CanonicalLM) -> pd.DataFrame:
                 {
                     "chain": chain.tag,
                     "init": f"({e0:g}, {w0:g})",
-                    "step": module.path_steps,
+                    "step": steps,
                     "e": e,
                     "w": w,
                     "b": b,

@@ -7,7 +7,7 @@ from Gaussian initialisations ended. The claims are checked on Gaussian, grid, e
 I_common initialisations (spec B §4, Fig. 1a-d), plus the closed forms behind them
 (Lemmas 5, 7, 8 and Thm 1) and, with the bias b, Lemmas 2, 3, 4, 6 and Thm 7
 (`bias_checks`) and Thm 6 (`thm6_checks`), and Thms 4-5 on the full transformer at App. D's
-construction (`full_model_checks`). No training happens here.
+construction and App. C's closed-form prediction (`full_model_checks`). No training happens here.
 """
 
 from __future__ import annotations
@@ -422,7 +422,7 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     # the with-bias checks draw from their own generator, so the draws above do not move
     metrics |= bias_checks(s.chains, np.random.default_rng([s.seed, 1]), s.check_points)
     metrics |= thm6_checks(s.chains, np.random.default_rng([s.seed, 2]), min(s.check_points, 25))
-    metrics |= full_model_checks(s.chains)
+    metrics |= full_model_checks(s.chains, np.random.default_rng([s.seed, 3]))
     traj = _plotted_trajectories(s)
     ctx.save_csv(pd.concat([runs, axis_runs], ignore_index=True), "inits.csv")
     ctx.save_csv(traj, "trajectories.csv")

@@ -1,4 +1,4 @@
-"""Paper B Thms 4 and 5 (App. B.1) on the full single-layer transformer, checked exactly.
+"""Paper B Thms 4, 5 (App. B.1) and App. C on the full single-layer transformer, exactly.
 
 The points are App. D's canonical construction (`transformer.initializer` "canonical",
 paper B: "this parameterization covers both the global and local minima from Thm. 4 and
@@ -13,6 +13,11 @@ with respect to every parameter by autograd.
 * Thm 5 (ii)-(iv), p + q > 1 only (the theorem's hypothesis), at theta_min = (0, w) with
   (p+q-1)(1+2w|w|) > 0 and b = log(p/q) (Gamma_min, Eq. 28): P_theta = pi1 for every
   prefix, L = H(x_{n+1}) = H(pi), grad L = 0.
+
+* App. C, Eqs. (12)-(17): with App. C's low-rank weights (embeddings along alpha in
+  {+-1}^d, W_O W_V = alpha v^T with <v, alpha> = 0, W_Q^T W_K = q^2 d alpha alpha^T,
+  W_1 = w w_vec alpha^T, W_2 = W_1^T), the full model's prediction is the closed form after
+  Eq. (17) (`lg.low_rank_predictions`), at random (e, p, w, b, beta, alpha, v).
 
 Thm 4 (i) (global minimality) follows from (ii): no predictor beats the true conditional
 law. Thm 5 (i) (local minimality in R^D) is not checked: paper B does not give Makkuva et
@@ -58,7 +63,7 @@ def exact_population(
     with torch.no_grad():
         params[tf.C_ATTN][0, 2 * WIDTH :] = 0.0  # W_V = 0: the a = 0 model of App. D
         params[tf.BIAS][0, 1] = b
-    seqs = np.array(list(itertools.product((0, 1), repeat=LENGTH + 1)))
+    seqs = _sequences()
     kernel, start = binary_kernel(chain.p, chain.q), binary_stationary(chain.p, chain.q)
     weights = start[seqs[:, 0]] * np.prod(kernel[seqs[:, :-1], seqs[:, 1:]], axis=1)
     tokens = torch.as_tensor(seqs)
@@ -69,6 +74,50 @@ def exact_population(
     gradient = max(float(x.grad.abs().max()) for x in model.parameters() if x.grad is not None)
     prediction = log_probs.detach().exp()[..., 1].numpy()
     return float(population.detach()), gradient, prediction, seqs[:, :LENGTH]
+
+
+def _sequences() -> np.ndarray:
+    return np.array(list(itertools.product((0, 1), repeat=LENGTH + 1)))
+
+
+def appendix_c_error(rng: np.random.Generator, n: int) -> float:
+    """max over n random low-rank optima and all prefixes of |full model P_theta(x_{n+1} = 1
+    | x_1^n) - App. C's closed form at x_n| (r = 4d, W_O = I)."""
+    d, r = WIDTH, 4 * WIDTH
+    model = EnsembleGPT(GPTConfig(n_embd=d, block_size=LENGTH, tied=True, variant="theory"), 1)
+    model.init_members([0])
+    model.double()
+    tf.pin_uni_embedding(model)
+    params = dict(model.named_parameters())
+    tokens = torch.as_tensor(_sequences()[:, :LENGTH])
+    worst = 0.0
+    for _ in range(n):
+        alpha = rng.choice([-1.0, 1.0], d)
+        v = rng.normal(size=d)
+        v -= (v @ alpha) / d * alpha  # <v, alpha> = 0
+        e = rng.uniform(0.5, 1.5)
+        p, w, b, q = e * rng.uniform(0.1, 0.9), rng.uniform(0.1, 0.6), rng.normal(), 0.7
+        beta = int(rng.integers(0, r + 1))
+        w_vec = np.where(np.arange(r) < beta, 1.0, -1.0)
+        w1 = w * np.outer(w_vec, alpha)
+        query_key = q * np.outer(alpha, alpha)  # W_Q^T W_K = q^2 d alpha alpha^T
+        values = {
+            tf.WTE: (np.zeros(d), e * alpha),
+            tf.WPE: -p * alpha,
+            tf.C_ATTN: np.vstack([query_key, query_key, np.outer(alpha, v)]),
+            tf.ATTN_PROJ: np.eye(d),
+            tf.C_FC: w1,
+            tf.MLP_PROJ: w1.T,
+            tf.BIAS: (0.0, b),
+        }
+        with torch.no_grad():
+            for name, value in values.items():
+                target = params[name][0]
+                target.copy_(torch.as_tensor(np.array(value)).expand_as(target))
+            prediction = torch.softmax(model(tokens[None])[0], -1)[..., 1].numpy()
+        closed = np.array(lg.low_rank_predictions(e, p, w, b, beta, r, d))[tokens.numpy()]
+        worst = max(worst, float(np.abs(prediction - closed).max()))
+    return worst
 
 
 def _errors(
@@ -96,8 +145,9 @@ def thm4_points(chain: BinaryChainSettings) -> list[tuple[float, float, float]]:
     return points
 
 
-def full_model_checks(chains: list[BinaryChainSettings]) -> Metrics:
-    """Worst errors of Thms 4 and 5 (ii)-(iv) over ``chains`` (Thm 5 on p + q > 1 only)."""
+def full_model_checks(chains: list[BinaryChainSettings], rng: np.random.Generator) -> Metrics:
+    """Worst errors of Thms 4 and 5 (ii)-(iv) over ``chains`` (Thm 5 on p + q > 1 only) and
+    of App. C's prediction at 10 random low-rank optima drawn from ``rng``."""
     thm4, thm5 = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
     for chain in chains:
         constants = lg.chain_constants(chain.p, chain.q)
@@ -108,6 +158,8 @@ def full_model_checks(chains: list[BinaryChainSettings]) -> Metrics:
             local = _errors(chain, minima, constants.unigram_loss)
             thm5 = [max(x, y) for x, y in zip(thm5, local, strict=True)]
     names = ("prediction_error", "loss_error", "gradient_norm")
-    return {f"thm4_max_{k}": v for k, v in zip(names, thm4, strict=True)} | {
-        f"thm5_max_{k}": v for k, v in zip(names, thm5, strict=True)
-    }
+    return (
+        {f"thm4_max_{k}": v for k, v in zip(names, thm4, strict=True)}
+        | {f"thm5_max_{k}": v for k, v in zip(names, thm5, strict=True)}
+        | {"appc_max_prediction_error": appendix_c_error(rng, 10)}
+    )

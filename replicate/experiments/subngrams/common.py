@@ -19,7 +19,7 @@ from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentang
 from lightning_modules.ensemble_module import Probe
 from lightning_modules.objectives import LastTokenLawCE
 from lightning_modules.seeding import member_generator
-from replicate import plotting
+from replicate import config, plotting
 from replicate.analysis.kgram import kgram_estimate, paper_c_kgram_lags
 from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import RunContext
@@ -125,15 +125,9 @@ def kgram_levels(table: pd.DataFrame) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- training
-class TrainingSettings(Strict):
+class TrainingSettings(config.TrainingSettings):
     """Steps, batch and evaluation cadence (spec C §2.4, §4.0); ``seq_len`` is T."""
 
-    steps: PositiveInt
-    batch_size: PositiveInt
-    seq_len: PositiveInt
-    eval_every: PositiveInt
-    test_sequences: PositiveInt
-    test_seed: int
     gradset_sequences: Annotated[int, Field(ge=0)] = 0  # population gradient (spec C §4.0)
     gradset_chunks: Annotated[int, Field(ge=2)] = 8
 
@@ -148,13 +142,7 @@ class OptimSettings(Strict):
 
     @property
     def config(self) -> OptimConfig:
-        return OptimConfig(
-            lr=self.lr,
-            beta1=self.beta1,
-            beta2=self.beta2,
-            weight_decay=self.weight_decay,
-            schedule="constant",
-        )
+        return OptimConfig(**self.model_dump(), schedule="constant")
 
 
 def train(
@@ -169,16 +157,7 @@ def train(
     progress: bool,
 ) -> TrainedEnsemble:
     """Train one ensemble member per seed on fresh in-context batches (spec C §1.3)."""
-    plan = TrainingPlan(
-        steps=training.steps,
-        batch_size=training.batch_size,
-        seq_len=training.seq_len,
-        eval_every=training.eval_every,
-        test_sequences=training.test_sequences,
-        test_seed=training.test_seed,
-        gradset_sequences=training.gradset_sequences,
-        gradset_chunks=training.gradset_chunks,
-    )
+    plan = TrainingPlan(**training.model_dump())
     members = [Member(chain.source, seed) for seed in seeds]
     return train_ensemble(
         model, members, plan, optim.config, label, objective, probes, progress=progress

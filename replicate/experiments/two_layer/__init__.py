@@ -9,9 +9,10 @@ from replicate.experiments.two_layer import (
     fig2,
     gd,
     maps,
-    noise,
     table1,
     table2,
+    table3,
+    table4,
     table_h5,
 )
 
@@ -27,7 +28,8 @@ EXPERIMENTS: dict[str, Experiment] = {
     "two_layer_fig1": Experiment(fig1.Fig1Settings, fig1.fig1),
     "two_layer_fig2": Experiment(fig2.Fig2Settings, fig2.fig2),
     "two_layer_table2": Experiment(table2.Table2Settings, table2.table2),
-    "two_layer_noise": Experiment(noise.NoiseSettings, noise.noise),
+    "two_layer_table3": Experiment(table3.NoiseSettings, table3.table3),
+    "two_layer_table4": Experiment(table3.NoiseSettings, table4.table4),  # derived from table3
     "two_layer_bits": Experiment(bits.BitsSettings, bits.bits),
     "two_layer_table_h5": Experiment(table_h5.TableH5Settings, table_h5.table_h5),
 }

@@ -82,17 +82,7 @@ def darch_config(arch: ArchSettings, states: int, seq_len: int, layers: int) -> 
 
 
 def optim_config(o: ClippedOptimSettings) -> OptimConfig:
-    return OptimConfig(
-        lr=o.lr,
-        beta1=o.beta1,
-        beta2=o.beta2,
-        weight_decay=o.weight_decay,
-        schedule=o.schedule,
-        pct_start=o.pct_start,
-        div_factor=o.div_factor,
-        final_div_factor=o.final_div_factor,
-        clip_norm=o.clip_norm,
-    )
+    return OptimConfig(**o.model_dump())
 
 
 def train_darch(
@@ -105,14 +95,7 @@ def train_darch(
     label: str,
 ) -> TrainedEnsemble:
     """Train one ensemble, member i on ``sources[i]`` from ``seeds[i]`` (NextTokenCE)."""
-    plan = TrainingPlan(
-        steps=training.steps,
-        batch_size=training.batch_size,
-        seq_len=training.seq_len,
-        eval_every=training.eval_every,
-        test_sequences=training.test_sequences,
-        test_seed=training.test_seed,
-    )
+    plan = TrainingPlan(**training.model_dump())
     members = [Member(source, seed) for source, seed in zip(sources, seeds, strict=True)]
     return train_ensemble(
         gpt_ensemble(cfg, seeds),

@@ -1,0 +1,172 @@
+"""Paper D, Table 3 (App. H.3.1): random token substitution.
+
+Models are trained *and* evaluated on noisy sequences of the second-order source (spec D
+§1.4), eps in ``levels``; the eps = 0 point is the shared model of `two_layer_maps` (no
+retraining). Table 4 (`two_layer_table4`, transition perturbation) is derived from this
+experiment: it reads `table3.json` (this table's rows at full precision, for the comparison
+D-T4-2 and the eps = 0 row, and the settings of the shared model; the CSV rounds).
+
+Reference (spec D §5.7/§5.8 [PROPOSAL], used for the claims): the clean-source loss L_true
+of the true kernel P on the *clean* path of the same kernels and uniforms (the evaluation
+set of every eps shares kernels and clean paths), so gap(eps) = CE_model(noisy sequences) -
+L_true(clean sequences). The alternative is written to the CSV for comparison: P applied
+to the observed noisy context ("P on noisy"); spec D reports that it gives decreasing gaps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.axes import Axes
+from pydantic import Field
+
+from replicate import plotting
+from replicate.config import OpenUnit, PositiveInt, Strict, TrainingSettings
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.two_layer.darch import (
+    EvalSet,
+    darch_config,
+    eval_set,
+    model_nll,
+    train_darch,
+)
+from replicate.experiments.two_layer.maps import MapsSettings, load_shared
+from replicate.experiments.two_layer.statistics import map_stats
+from replicate.markov import InContextSource
+from replicate.markov.incontext import true_next_token_nll
+
+Kind = Literal["substitution", "perturbation"]
+
+
+class NoiseSettings(Strict):
+    order: PositiveInt
+    levels: list[OpenUnit] = Field(min_length=2)  # increasing
+    seeds: list[int] = Field(min_length=1)
+    training: TrainingSettings  # of the noisy runs
+    map_sequences: PositiveInt
+
+
+def noisy_source(
+    up: MapsSettings, order: int, kind: Kind, eps: float, per_kernel: int
+) -> InContextSource:
+    """The order-k source with Dirichlet(1) rows and noise ``kind`` at level eps (spec D §1.4)."""
+    return InContextSource(up.states, order, 1.0, per_kernel=per_kernel, **{kind: eps})
+
+
+def gap_row(
+    model: torch.nn.Module, members: list[int], data: EvalSet, kind: str, eps: float, count: int
+) -> dict:
+    """gap(eps) (clean-source reference, spec D §5.7/§5.8), the "P on the noisy context"
+    alternative and the layer-2 matched mass for the given ensemble members."""
+    nll = model_nll(model, data.tokens)[members]
+    stats = map_stats(model, data, count)
+    observed = true_next_token_nll(data.kernels, data.tokens).mean(-1)
+    return {
+        "kind": kind,
+        "eps": eps,
+        "gap": float((nll - data.true_nll).mean()),
+        "gap_P_on_noisy": float((nll - observed).mean()),
+        "laplace_gap": float((data.laplace_nll - data.true_nll).mean()),
+        "L_true_clean": float(data.true_nll.mean()),
+        "mm": float(stats.mm[members].mean()),
+        "mm_chance": stats.chance,
+        "members": len(members),
+    }
+
+
+def noisy_levels(
+    up: MapsSettings, s: NoiseSettings, kind: Kind, ctx: RunContext
+) -> tuple[torch.nn.Module, list[tuple[float, list[int], EvalSet]]]:
+    """Train one member per (eps, seed) on the noisy source; per eps, its members and its
+    evaluation set (same kernels and clean paths at every eps)."""
+    points = [(eps, seed) for eps in s.levels for seed in s.seeds]
+    sources = [noisy_source(up, s.order, kind, eps, up.per_kernel) for eps, _ in points]
+    cfg = darch_config(up.arch, up.states, up.training.seq_len, layers=2)
+    trained = train_darch(cfg, sources, [p[1] for p in points], s.training, up.optim, ctx, kind)
+    levels = []
+    for eps in s.levels:
+        data = eval_set(
+            noisy_source(up, s.order, kind, eps, 1), up.training.seq_len, up.evaluation_set
+        )
+        levels.append((eps, [i for i, p in enumerate(points) if p[0] == eps], data))
+    return trained.model.eval(), levels
+
+
+def table_metrics(frame: pd.DataFrame, table: str) -> Metrics:
+    """Per eps the gap and MM, and the step statistics of D-T3-1/3 and D-T4-1/3."""
+    f = frame.sort_values("eps")
+    gap, mm = f.gap.to_numpy(), f.mm.to_numpy()
+    metrics: Metrics = {}
+    for eps, g, m in zip(f.eps, gap, mm, strict=True):
+        metrics[f"{table}/eps{eps:g}/gap"] = float(g)
+        metrics[f"{table}/eps{eps:g}/mm"] = float(m)
+    steps = np.diff(gap)
+    metrics[f"{table}/min_step_below_last"] = float(steps[:-1].min())
+    metrics[f"{table}/last_step"] = float(steps[-1])
+    metrics[f"{table}/max_mm_increase"] = float(np.diff(mm).max())
+    metrics[f"{table}/mm_first_level_minus_clean"] = float(mm[1] - mm[0])
+    metrics[f"{table}/mm_last_level_minus_clean"] = float(mm[-1] - mm[0])
+    return metrics
+
+
+def table3(s: NoiseSettings, ctx: RunContext) -> Metrics:
+    """D-T3-1..3."""
+    up, models = load_shared(ctx)
+    clean = eval_set(
+        noisy_source(up, s.order, "substitution", 0.0, 1), up.training.seq_len, up.evaluation_set
+    )
+    shared = list(range(len(up.seeds)))
+    rows = [gap_row(models[s.order], shared, clean, "substitution", 0.0, s.map_sequences)]
+    model, levels = noisy_levels(up, s, "substitution", ctx)
+    for eps, members, data in levels:
+        rows.append(gap_row(model, members, data, "substitution", eps, s.map_sequences))
+    frame = pd.DataFrame(rows)
+    metrics = table_metrics(frame, "t3")
+    if 0.5 in s.levels:
+        at = frame.set_index("eps")
+        metrics["t3/eps0.5/gap_minus_ln2_bound"] = float(
+            at.gap[0.5] - (math.log(2) - at.L_true_clean[0.5])
+        )
+    ctx.save_csv(frame, "table3.csv")
+    exact = {"maps_settings": up.model_dump(mode="json"), "rows": frame.to_dict("records")}
+    ctx.save_text(json.dumps(exact, indent=1) + "\n", "table3.json")
+    _plot(frame, s, ctx)
+    return metrics
+
+
+def gap_panel(ax: Axes, frame: pd.DataFrame, order: int, title: str) -> None:
+    """Gap (clean-source reference) and the Laplace-k estimator's gap of one table."""
+    kind = frame.kind.iloc[0]
+    ax.plot(frame.eps, frame.gap, "o-", label=f"{kind}: gap (clean-source reference)")
+    ax.plot(frame.eps, frame.laplace_gap, "x:", label=f"{kind}: Laplace-{order} estimator")
+    ax.set(title=title, xlabel="noise level eps", ylabel="nats")
+
+
+def _plot(frame: pd.DataFrame, s: NoiseSettings, ctx: RunContext) -> None:
+    fig, axes = plotting.figure(1, 3)
+    gap_panel(axes[0], frame, s.order, "(a) Table 3: gap = CE - L_true(clean)")
+    axes[0].plot(
+        frame.eps, math.log(2) - frame.L_true_clean, "k:", label="ln 2 - L_true (eps = 0.5 bound)"
+    )
+    axes[1].plot(
+        frame.eps, frame.gap_P_on_noisy, "o-", label="substitution: P on the noisy context"
+    )
+    axes[1].set(
+        title="(b) rejected reference (spec D §5.7)", xlabel="noise level eps", ylabel="nats"
+    )
+    axes[2].plot(frame.eps, frame.mm, "o-", label="substitution")
+    axes[2].plot(frame.eps, frame.mm_chance, "k:", label="chance")
+    axes[2].set(title="(c) layer-2 matched mass", xlabel="noise level eps", ylabel="MM")
+    for ax in axes:
+        ax.legend(fontsize=6)
+    plotting.finish(
+        fig,
+        f"Paper D, Table 3 — random token substitution, order {s.order} ({ctx.scale} scale; "
+        f"eps = 0: shared model, noisy levels: {s.training.steps} steps, seeds {s.seeds})",
+    )
+    ctx.save_figure(fig)

@@ -1,0 +1,88 @@
+"""The cost plan (issue 13): calibration runs record what each rule trains, and the
+requests it writes reach the rule's resources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from lightning_modules import ChainMember, GPTConfig, OptimConfig
+from replicate import plan
+from replicate.config import ResourceRequest, load_params
+from replicate.markov import binary_kernel
+from replicate.training import TrainingPlan, calibrating, gpt_ensemble, train_ensemble
+
+from .conftest import TINY_TRAINING, shrink
+
+
+def _tiny_params(tmp_path: Path, params_dict: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(shrink(params_dict), sort_keys=False))
+    return path
+
+
+def test_calibrating_trains_a_few_steps_and_records_the_planned_size() -> None:
+    members = [ChainMember(binary_kernel(0.2, 0.3), np.array([0.6, 0.4]), s) for s in (0, 1, 2)]
+    model = gpt_ensemble(GPTConfig(vocab_size=2, n_embd=8, block_size=16), [0, 1, 2])
+    training = TrainingPlan(
+        steps=500, batch_size=4, seq_len=16, eval_every=7, test_sequences=8, test_seed=1
+    )
+    with calibrating(5) as costs:
+        trained = train_ensemble(
+            model, members, training, OptimConfig(lr=1e-3), "c", progress=False
+        )
+    assert trained.eval_steps.tolist() == [0, 5]  # cut to 5 steps, evaluated first and last
+    (cost,) = costs
+    assert (cost.members, cost.steps, cost.eval_every) == (3, 500, 7)
+    assert cost.parameters == sum(p.numel() for p in model.parameters())
+    assert cost.step_seconds > 0 and cost.eval_seconds > 0
+    assert cost.evaluations == 500 // 7 + 2  # step 0, every 7th, the last (500 % 7 != 0)
+    assert cost.seconds == 500 * cost.step_seconds + cost.evaluations * cost.eval_seconds
+
+
+def test_plan_on_a_tiny_scale(tmp_path: Path, params_dict: dict) -> None:
+    """A training rule and a derived one (its upstream calibrated first): model-steps from
+    the plan's settings, a finished calibration, requests written and read back."""
+    path = _tiny_params(tmp_path, params_dict)
+    params = load_params(path, scale="ci")
+    costs = plan.plan(params, path, names=["attn_markov_table2"], steps=4, timeout=300)
+    by_name = {c.name: c for c in costs}
+    assert list(by_name) == ["attn_markov_fig3", "attn_markov_table2"]  # upstream added
+    fig3, table2 = by_name["attn_markov_fig3"], by_name["attn_markov_table2"]
+    assert fig3.status == "ok" and table2.status == "ok"
+    settings = params.settings("attn_markov_fig3")
+    runs = len(settings.chains) * len(settings.seeds)
+    assert fig3.trainings and all(t["steps"] == TINY_TRAINING["steps"] for t in fig3.trainings)
+    assert sum(t["members"] for t in fig3.trainings) == runs * len(settings.tying)
+    assert fig3.model_steps == runs * len(settings.tying) * TINY_TRAINING["steps"]
+    assert table2.trainings == [] and table2.model_steps == 0
+    assert fig3.seconds > fig3.other_seconds > 0 and fig3.peak_mb > 0
+    assert fig3.cpu_hours == fig3.seconds / 3600 and fig3.gpu_hours is None
+    rows = plan.table(costs).splitlines()
+    assert len(rows) == 2 + len(costs) + 1 and rows[-1].startswith("| **total**")
+
+    written = plan.write_resources(costs, "ci", root=tmp_path)
+    assert written == plan.planned_resources_file("ci", tmp_path)
+    requests = plan.read_resources("ci", root=tmp_path)
+    assert requests["attn_markov_fig3"] == fig3.request().model_dump(exclude_none=True)
+    assert fig3.request().runtime >= plan.MIN_RUNTIME
+    assert fig3.request().mem_mb >= fig3.peak_mb * plan.MEMORY_MARGIN
+    expected = plan.expected_seconds("ci", ["attn_markov_fig3"], root=tmp_path)
+    assert expected["attn_markov_fig3"] == round(fig3.seconds, 1)
+
+
+def test_planned_requests_sit_between_the_default_and_the_experiments_own() -> None:
+    params = load_params(only=[])
+    planned = ResourceRequest(mem_mb=1234, runtime=17)
+    # attn_markov_fig3 has no resources block of its own at ci scale: the plan's request
+    assert params.raw.experiments["attn_markov_fig3"].resources.get("ci") is None
+    got = params.resources("attn_markov_fig3", planned)
+    assert (got.mem_mb, got.runtime) == (1234, 17)
+    assert got.gpu == params.raw.cluster.resources["ci"].gpu
+    # an experiment's own block overrides the plan
+    own = params.experiment("attn_markov_table2").resources
+    paper = load_params(only=[], scale="paper")
+    got = paper.resources("attn_markov_table2", planned)
+    assert got.runtime == own["paper"].runtime and got.mem_mb == own["paper"].mem_mb

@@ -1,0 +1,86 @@
+"""Start-up (issue 13): heavy libraries are imported only by the code that uses them.
+
+Each check runs in a fresh interpreter and reads `sys.modules`; how long start-up takes is
+measured by benchmarks/startup_and_scaling.py, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from replicate.config import load_params
+from replicate.experiments import PAPERS, REGISTRY
+
+from .conftest import PARAMS_FILE
+
+HEAVY = ("lightning", "seaborn", "scipy")
+
+
+def _loaded_after(code: str) -> dict[str, bool]:
+    """Which of HEAVY (and the paper packages) ``code`` leaves imported."""
+    names = [*HEAVY, *(f"replicate.experiments.{p}" for p in PAPERS)]
+    report = f"print(json.dumps({{n: n in sys.modules for n in {names!r}}}))"
+    probe = f"{code}\nimport json, sys\n{report}"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_training_and_models_import_without_lightning() -> None:
+    loaded = _loaded_after(
+        "import replicate.training\n"
+        "from lightning_modules import EnsembleGPT, GPTConfig\n"
+        "from replicate.training import gpt_ensemble\n"
+        "gpt_ensemble(GPTConfig(vocab_size=2, n_embd=8, block_size=8), [0, 1])"
+    )
+    assert not loaded["lightning"]
+
+
+def test_every_public_name_of_lightning_modules_resolves() -> None:
+    import lightning_modules
+
+    for name in lightning_modules.__all__:
+        assert getattr(lightning_modules, name).__name__ == name
+    assert set(lightning_modules.__all__) <= set(dir(lightning_modules))
+
+
+def test_plotting_imports_seaborn_only_to_draw() -> None:
+    assert _loaded_after("import replicate.plotting") == {
+        **_loaded_after(""),
+        "seaborn": False,
+        "scipy": False,
+    }
+    assert _loaded_after("from replicate import plotting\nplotting.figure(1, 1)")["seaborn"]
+
+
+def test_running_one_experiment_loads_only_its_paper() -> None:
+    loaded = _loaded_after(
+        "from replicate.config import load_params\n"
+        f"params = load_params({str(PARAMS_FILE)!r}, only=['attn_markov_table2'])\n"
+        "params.settings('attn_markov_table2')\n"
+        "from replicate.experiments import REGISTRY\n"
+        "REGISTRY['attn_markov_table2']"
+    )
+    assert loaded["replicate.experiments.attn_markov"]
+    assert not any(loaded[f"replicate.experiments.{p}"] for p in PAPERS if p != "attn_markov")
+    # Lightning (and scipy through torchmetrics) still comes in through
+    # replicate.analysis.runs importing EnsembleModule for its annotations.
+    assert not loaded["seaborn"]
+
+
+def test_lazy_settings_equal_eager_ones() -> None:
+    eager = load_params(PARAMS_FILE)
+    lazy = load_params(PARAMS_FILE, only=["attn_markov_fig3"])
+    for name in eager.experiments:
+        assert lazy.settings(name) == eager.settings(name), name
+
+
+def test_registry_is_the_union_of_the_papers() -> None:
+    import importlib
+
+    union = {}
+    for paper in PAPERS:
+        union.update(importlib.import_module(f"replicate.experiments.{paper}").EXPERIMENTS)
+    assert dict(REGISTRY) == union and len(REGISTRY) == len(union)
+    assert "attn_markov_nonsense" not in REGISTRY and "nonsense" not in REGISTRY
