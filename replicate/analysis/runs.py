@@ -7,11 +7,13 @@ every comparison (spec A, Sec. 2); kappa and the run classes follow spec A, Sec.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from lightning_modules import EnsembleModule
+if TYPE_CHECKING:
+    from lightning_modules import EnsembleModule
 
 
 class RunClass(IntEnum):
