@@ -4,7 +4,7 @@ the training call."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
 import numpy as np
@@ -161,6 +161,17 @@ def train(
     members = [Member(chain.source, seed) for seed in seeds]
     return train_ensemble(
         model, members, plan, optim.config, label, objective, probes, progress=progress
+    )
+
+
+def curves_frame(seeds: Sequence[int], steps: np.ndarray, **series: np.ndarray) -> pd.DataFrame:
+    """Tidy per-seed curves: one row per (seed, evaluation step), one column per (E, n) series."""
+    return pd.DataFrame(
+        [
+            {"seed": seed, "step": int(t), **{k: float(v[i, j]) for k, v in series.items()}}
+            for i, seed in enumerate(seeds)
+            for j, t in enumerate(steps)
+        ]
     )
 
 

@@ -22,6 +22,7 @@ from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
     TrainingSettings,
+    curves_frame,
     history_losses,
     kgram_levels,
     member_test_set,
@@ -111,18 +112,7 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
         "F1c/max_rise": float(col("max_rise").max()),
         "F1d/min_final_minus_bayes": float(col("final_minus_bayes").min()),
     }
-    curves = pd.DataFrame(
-        [
-            {
-                "seed": seed,
-                "step": int(t),
-                "test_loss": float(losses[i, j]),
-                "grad_norm": float(trained.grad_norm[i, j]),
-            }
-            for i, seed in enumerate(s.seeds)
-            for j, t in enumerate(steps)
-        ]
-    )
+    curves = curves_frame(s.seeds, steps, test_loss=losses, grad_norm=trained.grad_norm)
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(pd.DataFrame(rows), "plateaus.csv")
     ctx.save_csv(refs, "references.csv")

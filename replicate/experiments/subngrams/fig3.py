@@ -23,6 +23,7 @@ from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
     TrainingSettings,
+    curves_frame,
     history_losses,
     kgram_levels,
     kgram_lines,
@@ -124,13 +125,7 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
         },
         "histories.pt",
     )
-    curves = pd.DataFrame(
-        [
-            {"seed": seed, "step": int(t), "test_loss": float(losses[i, j])}
-            for i, seed in enumerate(s.seeds)
-            for j, t in enumerate(steps)
-        ]
-    )
+    curves = curves_frame(s.seeds, steps, test_loss=losses)
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(refs, "references.csv")
     metrics = _summary(per_seed, levels, s)

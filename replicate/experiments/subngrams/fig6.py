@@ -21,6 +21,7 @@ from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
     TrainingSettings,
+    curves_frame,
     history_losses,
     kgram_levels,
     kgram_lines,
@@ -122,18 +123,8 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
         "heads/frac_seeds_bigram_heads_on_plateau": float(np.nanmean(col("plateau_heads_bigram"))),
         "heads/frac_seeds_trigram_heads_at_end": float(col("final_heads_trigram").mean()),
     }
-    curves = pd.DataFrame(
-        [
-            {
-                "seed": seed,
-                "step": int(t),
-                "test_loss": float(losses[i, j]),
-                "grad_norm": float(grads[i, j]),
-                "population_grad_norm": float(pop[i, j]),
-            }
-            for i, seed in enumerate(s.seeds)
-            for j, t in enumerate(steps)
-        ]
+    curves = curves_frame(
+        s.seeds, steps, test_loss=losses, grad_norm=grads, population_grad_norm=pop
     )
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(refs, "references.csv")

@@ -13,7 +13,6 @@ import math
 from typing import Annotated
 
 import numpy as np
-import pandas as pd
 from pydantic import Field
 
 from replicate.config import PositiveInt, Strict
@@ -22,6 +21,7 @@ from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
     TrainingSettings,
+    curves_frame,
     history_losses,
     kgram_levels,
     member_test_set,
@@ -92,18 +92,7 @@ def fig7(s: Fig7Settings, ctx: RunContext) -> Metrics:
         "F7c/frac_seeds_mixed_head": float(col("mixed_head_at_end").mean()),
         "F7d/max_final_minus_b2": float(col("final_minus_b2").max()),
     }
-    curves = pd.DataFrame(
-        [
-            {
-                "seed": seed,
-                "step": int(t),
-                "test_loss": float(losses[i, j]),
-                "grad_norm": float(grads[i, j]),
-            }
-            for i, seed in enumerate(s.seeds)
-            for j, t in enumerate(steps)
-        ]
-    )
+    curves = curves_frame(s.seeds, steps, test_loss=losses, grad_norm=grads)
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(refs, "references.csv")
     title = (
