@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from pydantic import Field
 
 from replicate import plotting
@@ -147,6 +149,25 @@ def gap_panel(ax: Axes, frame: pd.DataFrame, order: int, title: str) -> None:
     ax.set(title=title, xlabel="noise level eps", ylabel="nats")
 
 
+def finish_noise_figure(
+    fig: Figure,
+    axes: Sequence[Axes],
+    frame: pd.DataFrame,
+    rejected: str,
+    title: str,
+    ctx: RunContext,
+) -> None:
+    """Panels (b) titles and (c) matched mass of a noise table's figure, then save it."""
+    axes[1].set(title=rejected, xlabel="noise level eps", ylabel="nats")
+    axes[2].plot(frame.eps, frame.mm, "o-", label=frame.kind.iloc[0])
+    axes[2].plot(frame.eps, frame.mm_chance, "k:", label="chance")
+    axes[2].set(title="(c) layer-2 matched mass", xlabel="noise level eps", ylabel="MM")
+    for ax in axes:
+        ax.legend(fontsize=6)
+    plotting.finish(fig, title)
+    ctx.save_figure(fig)
+
+
 def _plot(frame: pd.DataFrame, s: NoiseSettings, ctx: RunContext) -> None:
     fig, axes = plotting.figure(1, 3)
     gap_panel(axes[0], frame, s.order, "(a) Table 3: gap = CE - L_true(clean)")
@@ -156,17 +177,12 @@ def _plot(frame: pd.DataFrame, s: NoiseSettings, ctx: RunContext) -> None:
     axes[1].plot(
         frame.eps, frame.gap_P_on_noisy, "o-", label="substitution: P on the noisy context"
     )
-    axes[1].set(
-        title="(b) rejected reference (spec D §5.7)", xlabel="noise level eps", ylabel="nats"
-    )
-    axes[2].plot(frame.eps, frame.mm, "o-", label="substitution")
-    axes[2].plot(frame.eps, frame.mm_chance, "k:", label="chance")
-    axes[2].set(title="(c) layer-2 matched mass", xlabel="noise level eps", ylabel="MM")
-    for ax in axes:
-        ax.legend(fontsize=6)
-    plotting.finish(
+    finish_noise_figure(
         fig,
+        axes,
+        frame,
+        "(b) rejected reference (spec D §5.7)",
         f"Paper D, Table 3 — random token substitution, order {s.order} ({ctx.scale} scale; "
         f"eps = 0: shared model, noisy levels: {s.training.steps} steps, seeds {s.seeds})",
+        ctx,
     )
-    ctx.save_figure(fig)

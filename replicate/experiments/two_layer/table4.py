@@ -26,6 +26,7 @@ from replicate.experiments.two_layer.darch import EvalSet, model_nll
 from replicate.experiments.two_layer.maps import MapsSettings
 from replicate.experiments.two_layer.table3 import (
     NoiseSettings,
+    finish_noise_figure,
     gap_panel,
     gap_row,
     noisy_levels,
@@ -82,17 +83,12 @@ def _plot(frame: pd.DataFrame, t3: pd.DataFrame, s: NoiseSettings, ctx: RunConte
     axes[0].plot(t3.eps, t3.gap, "s--", label="substitution (Table 3): gap")
     axes[1].plot(frame.eps, frame.gap_P_on_noisy, "o-", label="P on the noisy context")
     axes[1].plot(frame.eps, frame.gap_marginal, "s--", label="(1-eps) P + eps/S")
-    axes[1].set(
-        title="(b) rejected references (spec D §5.8)", xlabel="noise level eps", ylabel="nats"
-    )
-    axes[2].plot(frame.eps, frame.mm, "o-", label="perturbation")
-    axes[2].plot(frame.eps, frame.mm_chance, "k:", label="chance")
-    axes[2].set(title="(c) layer-2 matched mass", xlabel="noise level eps", ylabel="MM")
-    for ax in axes:
-        ax.legend(fontsize=6)
-    plotting.finish(
+    finish_noise_figure(
         fig,
+        axes,
+        frame,
+        "(b) rejected references (spec D §5.8)",
         f"Paper D, Table 4 — transition perturbation, order {s.order} ({ctx.scale} scale; "
         f"eps = 0: shared model, noisy levels: {s.training.steps} steps, seeds {s.seeds})",
+        ctx,
     )
-    ctx.save_figure(fig)
