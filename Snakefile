@@ -6,11 +6,14 @@
 #   snakemake --profile profiles/slurm ...           the same DAG as SLURM jobs
 #   snakemake --report report.zip                    figures, captions and claims for a reviewer
 # profiles/default (read automatically) sets cores, rerun-incomplete and printing.
+import json
 import sys
 
-from replicate.config import ConfigError, ResourceRequest, load_params
+from replicate.config import ConfigError, ResourceRequest, load_params, value_at
 from replicate.experiments import code_dependencies
+from replicate.claims import verdict_summary_paths
 from replicate.plan import expected_seconds, read_resources
+from replicate.record import record_in_dvc
 
 configfile: "params.yaml"
 
@@ -33,6 +36,14 @@ EXPECTED_SECONDS = expected_seconds(SCALE, list(EXPERIMENTS))
 localrules:
     all,
     claims,
+
+
+def values_of(keys):
+    """The params.yaml values a rule reads (a Snakemake re-run trigger; the same keys are the
+    DVC stage's params, replicate/dvcfile.py). A function, so that braces in the values
+    (claims' `{seed}` patterns) are not taken for wildcards."""
+    text = json.dumps({key: value_at(config, key) for key in keys}, sort_keys=True)
+    return lambda wildcards: text
 
 
 def outputs_of(names):
@@ -86,11 +97,10 @@ for exp_name, exp in EXPERIMENTS.items():
             [for_report(exp_name, p) for p in exp.output_paths],
         log:
             f"logs/{exp_name}.log",
-        benchmark:
-            f"logs/benchmarks/{exp_name}.tsv"
         threads: THREADS
         # Longest jobs first (issue 13), so that the last job to finish is a short one:
-        # seconds from the rule's last benchmark, else from the cost plan.
+        # seconds from the rule's last timing (logs/benchmarks/, written by `run`), else
+        # from the cost plan.
         priority: round(EXPECTED_SECONDS[exp_name])
         resources:
             **PARAMS.resources(
@@ -100,8 +110,7 @@ for exp_name, exp in EXPERIMENTS.items():
             # Values are bound here; a loop variable used inside `shell:` would be read
             # when the job runs, i.e. after the loop has moved on to the last experiment.
             name=exp_name,
-            scale=SCALE,
-            settings=PARAMS.settings_json(exp_name),
+            inputs=values_of(PARAMS.input_keys(exp_name)),
         shell:
             f"{PY} run {{params.name}} > {{log}} 2>&1"
 
@@ -118,15 +127,16 @@ for group_name, names in sorted({**grouped("item"), **grouped("paper")}.items())
 
 rule claims_report:
     input:
-        "params.yaml",
+        code_dependencies(None),
         outputs_of(EXPERIMENTS),
     output:
         report("results/claims.json", caption="report/claims.rst", category="claims"),
         report("results/REPORT.md", caption="report/claims.rst", category="claims"),
+        [str(path) for path in verdict_summary_paths()],
+    params:
+        inputs=values_of(PARAMS.claims_input_keys()),
     log:
         "logs/claims_report.log",
-    benchmark:
-        "logs/benchmarks/claims_report.tsv"
     threads: 1
     shell:
         f"{PY} claims > {{log}} 2>&1"
@@ -139,3 +149,14 @@ rule claims:
         "logs/claims.log",
     shell:
         f"{PY} check > {{log}} 2>&1"
+
+
+# DVC records what Snakemake wrote (issue 11): every stage whose outputs are now complete and
+# current goes into dvc.lock, so `dvc status` agrees with `snakemake -n`. After a failed run
+# too: the jobs that finished before the failure are current.
+onsuccess:
+    record_in_dvc(PARAMS)
+
+
+onerror:
+    record_in_dvc(PARAMS)

@@ -1,12 +1,24 @@
 """Evaluate every claim of params.yaml against the measured metrics; render the report.
 
 A claim's verdict is ``holds`` or ``does-not-reproduce`` from its comparison, or
-``missing`` when the metric (or its experiment's output) is absent, NaN, or was produced at
-another scale. A claim measured over several seeds (``per_seed``) also gets per-seed
-verdicts and a seed-bootstrap interval of its measured value (`seed_bootstrap`); when that
-interval straddles the tolerance the verdict is ``inconclusive``, whatever the point value
-says. The check fails when any verdict differs from the expected one; ``missing`` always
-fails.
+``missing`` when the metric (or its experiment's output) is absent, is not a finite number
+(NaN, ±Infinity, null, a string, a boolean: the note names the file and the key), or was
+produced at another scale. A claim measured over several seeds (``per_seed``) also gets
+per-seed verdicts and a seed-bootstrap interval of its measured value (`seed_bootstrap`);
+when that interval straddles the tolerance the verdict is ``inconclusive``, whatever the
+point value says. The check fails when any verdict differs from the expected one;
+``missing`` always fails.
+
+A malformed output file (not valid JSON, not a JSON object, unreadable) is a fault of that
+experiment's outputs, not of the claims step (issue 11): `evaluate_with_errors` returns one
+line per such file, naming it and the JSON error, and records that experiment's claims as
+``missing`` with the same text in their note. ``python -m replicate claims`` prints those
+lines to stderr, still writes claims.json, REPORT.md and the per-paper verdict summaries
+(`write_claims`: everything is rendered first, then each file is replaced atomically) and
+exits 0. It must not exit non-zero: Snakemake deletes the outputs of a failed job, which
+would destroy the previous claims.json and REPORT.md and leave nothing that names the
+fault. The failure comes one step later, from ``python -m replicate check`` (the Snakemake
+rule ``claims``), which exits 1 naming each missing claim and the file.
 """
 
 from __future__ import annotations
@@ -16,15 +28,21 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from replicate import io
-from replicate.config import SCALES, Claim, MetricRef, Params, SeedAggregate
+from replicate.config import SCALES, Claim, ExperimentEntry, MetricRef, Params, SeedAggregate
+from replicate.provenance import PROVENANCE_FILE, mismatches
 
 CLAIMS_FILE = Path("results/claims.json")
 REPORT_FILE = Path("results/REPORT.md")
+VERDICTS_DIR = Path("results/verdicts")
+"""One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
+PAPERS: tuple[str, ...] = get_args(ExperimentEntry.model_fields["paper"].annotation)
+VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
+METRICS_FILE = "metrics.json"
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
 """Fixed, so that the interval and hence the verdict are deterministic."""
@@ -106,6 +124,76 @@ def interval_verdict(
     return "inconclusive"
 
 
+class MalformedFile(ValueError):
+    """An output file that exists but cannot be used; the message names the file."""
+
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number"}
+
+
+def read_json_object(path: Path, shown: Path | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises FileNotFoundError when it is absent, else `MalformedFile` (one line naming
+    ``shown``, default ``path``) when it cannot be read, is not valid JSON or holds no
+    object. Python's json also reads the non-standard tokens NaN and ±Infinity; such values
+    are judged per metric (`metric_value`).
+    """
+    name = shown or path
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise MalformedFile(f"{name}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise MalformedFile(f"{name}: cannot be read ({exc.strerror})") from exc
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = (
+            f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deeply"
+        )
+        raise MalformedFile(f"{name}: not valid JSON ({where})") from exc
+    if not isinstance(data, dict):
+        kind = _JSON_TYPES.get(type(data), "null" if data is None else "a boolean")
+        raise MalformedFile(f"{name}: not a JSON object (it holds {kind})")
+    return data
+
+
+def _describe(value: Any) -> str:
+    """What a metric value that is not a finite number is, for a note."""
+    if value is None:
+        return "null (how NaN and ±Infinity are written)"
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, int):
+        return "an integer too large for a float"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    return _JSON_TYPES.get(type(value), "an object")
+
+
+def metric_value(metrics: dict[str, Any], key: str) -> tuple[float | None, str]:
+    """``metrics[key]`` as a finite float, or None and why not (absent, or not a finite
+    number: NaN, ±Infinity, null, a string, a boolean, a list, an object)."""
+    if key not in metrics:
+        return None, f"metric {key!r} is absent"
+    value = metrics[key]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if math.isfinite(number):
+            return number, ""
+    return None, f"metric {key!r} is {_describe(value)}, not a finite number"
+
+
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
     parts = re.split(r"(\{seed\}|\*)", pattern)
     body = "".join(
@@ -118,16 +206,20 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 def seed_matrix(metrics: dict[str, Any], spec: SeedAggregate) -> tuple[np.ndarray, list[int]]:
     """Per-seed values as a (groups, seeds) matrix, seeds ascending.
 
-    Raises ValueError when no key matches, or when the groups do not share one seed set.
+    Raises ValueError when no key matches, when a matching key's value is not a finite
+    number, or when the groups do not share one seed set.
     """
     regex = _pattern_regex(spec.pattern)
     table: dict[tuple[str, ...], dict[int, float]] = {}
-    for key, value in metrics.items():
+    for key in metrics:
         match = regex.match(key)
-        if match is None or not isinstance(value, (int, float)):
+        if match is None:
             continue
+        value, problem = metric_value(metrics, key)
+        if value is None:
+            raise ValueError(f"per-seed {problem}")
         group = tuple(g for i, g in enumerate(match.groups()) if i != _seed_index(regex))
-        table.setdefault(group, {})[int(match["seed"])] = float(value)
+        table.setdefault(group, {})[int(match["seed"])] = value
     if not table:
         raise ValueError(f"no metric matches per_seed pattern {spec.pattern!r}")
     seeds = sorted(next(iter(table.values())))
@@ -168,16 +260,27 @@ def seed_bootstrap(values: np.ndarray, spec: SeedAggregate) -> tuple[float, floa
     return float(lo), float(hi)
 
 
-def _load_outputs(params: Params, root: Path) -> dict[str, tuple[dict[str, Any] | None, str]]:
-    """Per experiment: (metrics or None, note explaining why they are unusable)."""
-    loaded: dict[str, tuple[dict[str, Any] | None, str]] = {}
+Outputs = dict[str, tuple[dict[str, Any] | None, str]]
+
+
+def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
+    """Per experiment: (metrics or None, note explaining why they are unusable); and one
+    line per malformed file (`read_json_object`)."""
+    loaded: Outputs = {}
+    errors: list[str] = []
     for name, entry in params.experiments.items():
-        directory = root / entry.directory
+        metrics_file = entry.directory / METRICS_FILE
+        provenance_file = entry.directory / PROVENANCE_FILE
         try:
-            metrics = json.loads((directory / "metrics.json").read_text())
-            provenance = json.loads((directory / "provenance.json").read_text())
-        except FileNotFoundError:
-            loaded[name] = (None, f"{entry.directory}/metrics.json not found: run `{name}` first")
+            metrics = read_json_object(root / metrics_file, metrics_file)
+            provenance = read_json_object(root / provenance_file, provenance_file)
+        except FileNotFoundError as exc:
+            missing = entry.directory / Path(str(exc.filename)).name
+            loaded[name] = (None, f"{missing} not found: run `{name}` first")
+            continue
+        except MalformedFile as exc:
+            errors.append(str(exc))
+            loaded[name] = (None, f"{exc}: rerun `{name}`")
             continue
         if provenance.get("scale") != params.scale:
             loaded[name] = (
@@ -186,15 +289,12 @@ def _load_outputs(params: Params, root: Path) -> dict[str, tuple[dict[str, Any] 
                 f"the check runs at {params.scale!r}",
             )
             continue
+        differ = mismatches(name, params, root)
+        if differ:  # e.g. restored by `dvc checkout` from a commit with other settings
+            loaded[name] = (None, "; ".join(differ) + f": rerun `{name}`")
+            continue
         loaded[name] = (metrics, "")
-    return loaded
-
-
-def _number(metrics: dict[str, Any], key: str) -> float | None:
-    value = metrics.get(key)
-    if value is None or not isinstance(value, (int, float)) or math.isnan(value):
-        return None
-    return float(value)
+    return loaded, errors
 
 
 def _seed_evidence(
@@ -231,18 +331,18 @@ def evaluate_claim(
     other_scale = next(s for s in SCALES if s != scale)
     other = claim.expected[other_scale]  # type: ignore[index]
     tolerance = getattr(claim.tolerance, scale)
+    metrics_file = params.experiment(claim.experiment).directory / METRICS_FILE
     measured = reference = None
     if metrics is not None:
-        measured = _number(metrics, claim.metric)
+        measured, problem = metric_value(metrics, claim.metric)
         if isinstance(claim.reference, MetricRef):
-            reference = _number(metrics, claim.reference.metric)
+            reference, ref_problem = metric_value(metrics, claim.reference.metric)
+            if ref_problem and not problem:
+                problem = f"reference {ref_problem}"
         else:
             reference = float(claim.reference)
-        if measured is None:
-            state = "absent" if claim.metric not in metrics else "NaN"
-            note = f"metric {claim.metric!r} is {state} in metrics.json"
-        elif reference is None:
-            note = f"reference metric {claim.reference.metric!r} is absent or NaN"  # type: ignore[union-attr]
+        if problem:
+            note = f"{metrics_file}: {problem}"
     seed_values: dict[str, float] = {}
     seed_verdicts: dict[str, str] = {}
     interval = None
@@ -256,7 +356,7 @@ def evaluate_claim(
             claim, metrics or {}, measured, reference, tolerance
         )
         if seed_note:
-            verdict, note = "missing", seed_note
+            verdict, note = "missing", f"{metrics_file}: {seed_note}"
         elif interval is not None:
             verdict = interval_verdict(holds, interval, reference, claim.comparison, tolerance)
     return ClaimRecord(
@@ -292,22 +392,66 @@ def evaluate_claim(
     )
 
 
+def evaluate_with_errors(
+    params: Params, root: Path = Path(".")
+) -> tuple[list[ClaimRecord], list[str]]:
+    """Every claim's record, and one line per malformed output file (its claims are
+    ``missing``; see the module docstring)."""
+    outputs, errors = _load_outputs(params, root)
+    return [evaluate_claim(c, params, *outputs[c.experiment]) for c in params.claims], errors
+
+
 def evaluate(params: Params, root: Path = Path(".")) -> list[ClaimRecord]:
-    outputs = _load_outputs(params, root)
-    return [evaluate_claim(c, params, *outputs[c.experiment]) for c in params.claims]
+    return evaluate_with_errors(params, root)[0]
 
 
 def unexpected(records: list[ClaimRecord]) -> list[ClaimRecord]:
     return [r for r in records if not r.matches_expectation]
 
 
+def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:
+    """The per-paper verdict summaries `write_claims` writes, one per paper, always all."""
+    return [root / VERDICTS_DIR / f"{paper}.json" for paper in PAPERS]
+
+
+def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
+    """Counts of one paper's claims, the same keys for every paper: ``claims``, one per
+    verdict (``does_not_reproduce`` for does-not-reproduce) and ``unexpected``."""
+    recs = [r for r in records if r.paper == paper]
+    return {
+        "claims": len(recs),
+        **{v.replace("-", "_"): sum(r.verdict == v for r in recs) for v in VERDICTS},
+        "unexpected": sum(not r.matches_expectation for r in recs),
+    }
+
+
 def write_claims(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> None:
-    io.write_json(root / CLAIMS_FILE, [r.to_json() for r in records])
+    """Write claims.json, REPORT.md and the per-paper verdict summaries. All are rendered
+    before the first is written, and each is replaced atomically, so a failure leaves the
+    previous files as they were; temporary files a killed earlier run left are removed."""
     from replicate.report import render_report
 
-    io.write_text(root / REPORT_FILE, render_report(records, params, root))
+    rows = [r.to_json() for r in records]
+    report = render_report(records, params, root)
+    summaries = {
+        path: verdict_summary(records, paper)
+        for path, paper in zip(verdict_summary_paths(root), PAPERS, strict=True)
+    }
+    for directory in {(root / CLAIMS_FILE).parent, root / VERDICTS_DIR}:
+        io.remove_stale_temps(directory)
+    io.write_json(root / CLAIMS_FILE, rows)
+    for path, summary in summaries.items():
+        io.write_json(path, summary)
+    io.write_text(root / REPORT_FILE, report)
 
 
 def load_records(root: Path = Path(".")) -> list[ClaimRecord]:
-    data = json.loads((root / CLAIMS_FILE).read_text())
-    return [ClaimRecord(**row) for row in data]
+    """The records stored in claims.json: FileNotFoundError when it is absent, else
+    `MalformedFile` when it holds no list of claim records."""
+    try:
+        data = json.loads((root / CLAIMS_FILE).read_text())
+        return [ClaimRecord(**row) for row in data]
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, TypeError) as exc:
+        raise MalformedFile(f"{CLAIMS_FILE}: not a list of claim records ({exc})") from exc

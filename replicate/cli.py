@@ -1,27 +1,78 @@
-"""Command line: `python -m replicate {list,run,claims,check,plan}` (Snakemake calls these)."""
+"""Command line: `python -m replicate {list,run,claims,check,plan}` (Snakemake calls these).
+
+The options --params and --scale go before or after the subcommand.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from replicate.config import SCALES, ConfigError, load_params
+from replicate.config import SCALES, ConfigError, Params, load_params
+
+DISTRIBUTION = "markov-replicate"
+"""The name in pyproject.toml, whose installed version `--version` prints."""
+
+
+class _Version(argparse.Action):
+    """--version: the installed package's version, looked up only when asked for (the
+    metadata search would otherwise cost every job's start-up, issue 13)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version(DISTRIBUTION)
+        except PackageNotFoundError:
+            text = "(not installed: run `pip install -e .`)"
+        print(f"{parser.prog} {text}")
+        parser.exit()
+
+
+def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """--params and --scale. A subcommand's copies default to SUPPRESS: its parser writes
+    only what is given after the subcommand, over a value given before it."""
+    parser.add_argument(
+        "--params",
+        type=Path,
+        default=Path("params.yaml") if defaults else argparse.SUPPRESS,
+        help="parameters file (default: params.yaml)",
+    )
+    parser.add_argument(
+        "--scale",
+        choices=SCALES,
+        default=None if defaults else argparse.SUPPRESS,
+        help="override the scale set in the params file",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="markov-replicate", description=__doc__)
-    parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameters file")
-    parser.add_argument("--scale", choices=SCALES, help="override the scale set in the params file")
+    parser.add_argument("--version", action=_Version)
+    _global_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the experiments and their outputs")
-    run = sub.add_parser("run", help="run one experiment (a figure or table)")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        subparser = sub.add_parser(name, help=help)
+        _global_options(subparser, defaults=False)
+        return subparser
+
+    command("list", help="list the experiments and their outputs")
+    run = command("run", help="run one experiment (a figure or table)")
     run.add_argument("experiment", help="experiment name, e.g. attn_markov_fig3")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    sub.add_parser("claims", help="evaluate every claim; write results/claims.json and REPORT.md")
-    sub.add_parser("check", help="exit non-zero if a verdict in results/claims.json is unexpected")
-    plan = sub.add_parser(
+    command("claims", help="evaluate every claim; write results/claims.json and REPORT.md")
+    command("check", help="exit non-zero if a verdict in results/claims.json is unexpected")
+    plan = command(
         "plan",
         help="cost plan: calibrate every rule (trainings cut to a few steps), print model-steps, "
         "peak memory, CPU/GPU-hours; write the cluster requests",
@@ -30,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--steps", type=int, default=None, help="calibration steps per training")
     plan.add_argument("--timeout", type=float, default=600.0, help="seconds per experiment")
     plan.add_argument("--no-write", action="store_true", help="print only; write no requests")
-    calibrate = sub.add_parser("calibrate", help="(used by plan) calibrate one experiment")
+    calibrate = command("calibrate", help="(used by plan) calibrate one experiment")
     calibrate.add_argument("experiment")
     calibrate.add_argument("--root", type=Path, required=True, help="scratch folder")
     calibrate.add_argument("--steps", type=int, required=True)
@@ -41,10 +92,69 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        code = _dispatch(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left (`... list | head -1`). As the Python docs advise (library/signal,
+        # "Note on SIGPIPE"): send the rest of stdout to devnull, so that the flush at exit
+        # cannot fail again, and exit 1.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+TIMINGS_DIR = Path("logs/benchmarks")
+"""Per-experiment timings of the last run (untracked). Written here rather than by
+Snakemake's ``benchmark:``, which Snakemake counts as a rule output: outputs pulled from a DVC
+remote into a fresh clone would look incomplete without the timing file (issue 11)."""
+
+
+def _record_timing(path: Path) -> None:
+    """Append this process's wall seconds (from its start), peak memory (MB) and CPU seconds
+    as a row in Snakemake's benchmark format (the columns Snakemake's ``benchmark:`` starts
+    with), read by `replicate.plan.expected_seconds`."""
+    import datetime
+    import resource
+    import time
+
+    import psutil
+
+    from replicate import io
+
+    wall = time.time() - psutil.Process().create_time()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    row = [
+        f"{wall:.4f}",
+        str(datetime.timedelta(seconds=round(wall))),
+        f"{usage.ru_maxrss / 1024:.2f}",  # ru_maxrss is in KiB on Linux
+        f"{usage.ru_utime + usage.ru_stime:.2f}",
+    ]
+    io.write_text(path, "s\th:m:s\tmax_rss\tcpu_time\n" + "\t".join(row) + "\n")
+
+
+def _missing_upstream(name: str, params: Params) -> str:
+    """Why ``name`` cannot run yet: an output of its upstream experiment is missing (empty:
+    none is, or it has no upstream)."""
+    upstream = params.upstream_of(name)
+    if upstream is None:
+        return ""
+    missing = [p for p in params.experiment(upstream).output_paths if not p.exists()]
+    if not missing:
+        return ""
+    more = f" (and {len(missing) - 1} more of its outputs)" if len(missing) > 1 else ""
+    return (
+        f"{name} reads the outputs of {upstream}, but {missing[0]} is missing{more}; "
+        f"build it first with `python -m replicate run {upstream}` or `snakemake {name}`"
+    )
+
+
+def _print_errors(errors: list[str]) -> None:
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -55,7 +165,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from replicate.experiments import run_experiment
 
         params.experiment(args.experiment)  # unknown name -> ConfigError before any work
+        problem = _missing_upstream(args.experiment, params)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         run_experiment(args.experiment, params, progress=not args.no_progress)
+        _record_timing(TIMINGS_DIR / f"{args.experiment}.tsv")
         return 0
 
     if args.command == "calibrate":
@@ -74,8 +189,20 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         # Re-evaluate from params.yaml and the metrics rather than trusting a stored file:
         # a claims.json left over from an earlier run must not make the check pass.
-        records = claims.evaluate(params)
-        stored = claims.load_records() if claims.CLAIMS_FILE.exists() else []
+        try:
+            stored = claims.load_records()
+        except FileNotFoundError:
+            print(
+                f"error: {claims.CLAIMS_FILE} is missing; build it with "
+                "`python -m replicate claims` (or `snakemake claims`)",
+                file=sys.stderr,
+            )
+            return 1
+        except claims.MalformedFile as exc:
+            print(f"error: {exc}; rebuild it with `python -m replicate claims`", file=sys.stderr)
+            return 1
+        records, errors = claims.evaluate_with_errors(params)
+        _print_errors(errors)
         if [r.to_json() for r in stored] != [r.to_json() for r in records]:
             print(
                 f"error: {claims.CLAIMS_FILE} is stale (it differs from a fresh evaluation); "
@@ -100,12 +227,16 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{name}\t{entry.title}\t{outs}")
         return 0
     if args.command == "claims":
-        records = claims.evaluate(params)
+        # A malformed metrics file is reported and its claims recorded as missing, but the
+        # files are written and the exit is 0 (see replicate.claims: Snakemake would delete
+        # the outputs of a failed job); `check` fails on the missing claims.
+        records, errors = claims.evaluate_with_errors(params)
+        _print_errors(errors)
         claims.write_claims(records, params)
         bad = claims.unexpected(records)
         print(
-            f"wrote {claims.CLAIMS_FILE} and {claims.REPORT_FILE}: {len(records)} claims, "
-            f"{len(bad)} unexpected verdict(s)"
+            f"wrote {claims.CLAIMS_FILE}, {claims.REPORT_FILE} and {claims.VERDICTS_DIR}/: "
+            f"{len(records)} claims, {len(bad)} unexpected verdict(s)"
         )
         return 0
     raise AssertionError(args.command)

@@ -230,6 +230,17 @@ class Cluster(Strict):
 
 
 # ----------------------------------------------------------------------------- experiments
+class CurvePlot(Strict):
+    """Columns of an output CSV drawn by `dvc plots show`, one line per run (dvc.yaml's
+    ``plots``, template ``.dvc/plots/runs.json``)."""
+
+    file: str
+    y: list[str]
+    y_label: str
+    x: str = "step"
+    x_label: str = "training step"
+
+
 class ExperimentEntry(Strict):
     paper: Literal["attn_markov", "local_global", "subngrams", "two_layer"]
     item: str
@@ -240,11 +251,20 @@ class ExperimentEntry(Strict):
     upstream: str | None = None  # item of the same paper whose outputs this one reads
     resources: dict[Scale, ResourceRequest] = Field(default_factory=dict)
     """Per-scale overrides of ``cluster.resources`` (e.g. no GPU for a closed-form table)."""
+    curves: list[CurvePlot] = Field(default_factory=list)
+    reads: list[Literal["classification"]] = Field(default_factory=list)
+    """Top-level sections of params.yaml that the experiment reads besides its settings and
+    ``runtime`` (issue 11: they are its Snakemake params and DVC params; the runner fails
+    when an experiment reads an undeclared section or declares one it never reads)."""
 
     @model_validator(mode="after")
     def _outputs_and_scales(self) -> ExperimentEntry:
-        if "metrics.json" in self.outputs:
-            raise ValueError("metrics.json is always written; do not list it in outputs")
+        written = sorted({"metrics.json", "provenance.json"} & set(self.outputs))
+        if written:
+            raise ValueError(f"{written[0]} is always written; do not list it in outputs")
+        for curve in self.curves:
+            if curve.file not in self.outputs:
+                raise ValueError(f"curves: {curve.file!r} is not among the outputs")
         missing = [s for s in SCALES if s not in self.settings]
         if missing:
             raise ValueError(f"settings missing for scale(s) {missing}")
@@ -256,7 +276,8 @@ class ExperimentEntry(Strict):
 
     @property
     def output_paths(self) -> list[Path]:
-        return [self.directory / "metrics.json", *(self.directory / o for o in self.outputs)]
+        always = ("metrics.json", "provenance.json")
+        return [*(self.directory / o for o in always), *(self.directory / o for o in self.outputs)]
 
 
 class Classification(Strict):
@@ -264,8 +285,17 @@ class Classification(Strict):
     unigram_kappa_max: OpenUnit
 
 
+Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
+"""Lightning's Trainer precision: float32, or autocast to bfloat16 / float16 in the training
+step (evaluations run outside it, in float32)."""
+
+
 class Runtime(Strict):
+    """How every process uses its device (same seed + device + these => same metrics)."""
+
     threads: PositiveInt
+    precision: Precision = "32-true"
+    max_members_per_chunk: PositiveInt | None = None
 
 
 class ParamsFile(Strict):
@@ -381,6 +411,41 @@ class Params:
     def settings_json(self, name: str) -> str:
         """Canonical JSON of one experiment's active settings (Snakemake re-run trigger)."""
         return json.dumps(self.settings(name).model_dump(mode="json"), sort_keys=True)
+
+    def section_of(self, name: str) -> str:
+        """The params.yaml section that defines experiment ``name``."""
+        self.experiment(name)
+        return "experiments" if name in self.raw.experiments else "derived_experiments"
+
+    def input_keys(self, name: str, scale: str | None = None) -> list[str]:
+        """The params.yaml keys that shape experiment ``name``'s outputs at ``scale`` (default:
+        the active one), issue 11: the scale, ``runtime`` (threads, precision, chunking), its
+        settings, and the shared sections it declares in ``reads``. They are its DVC params;
+        its Snakemake params hold their values; provenance.json records them."""
+        at = scale or self.raw.scale
+        settings = f"{self.section_of(name)}.{name}.settings.{at}"
+        return ["scale", "runtime", settings, *self.experiment(name).reads]
+
+    def claims_input_keys(self) -> list[str]:
+        """The params.yaml keys the claims check and REPORT.md read (issue 11): the scale, the
+        claims, and each experiment's identity, title, source and outputs."""
+        keys = ["scale", "claims"]
+        for name in self.experiments:
+            section = self.section_of(name)
+            keys += [f"{section}.{name}.{field}" for field in REPORTED_ENTRY_FIELDS]
+        return keys
+
+
+REPORTED_ENTRY_FIELDS = ("paper", "item", "title", "source", "outputs")
+"""The fields of an experiment entry that claims and REPORT.md show."""
+
+
+def value_at(data: Mapping[str, Any], key: str) -> Any:
+    """The value of a dotted key path (``experiments.x.settings.ci``) in params data."""
+    node: Any = data
+    for part in key.split("."):
+        node = node[part]
+    return node
 
 
 def _format_loc(prefix: str, loc: tuple[Any, ...]) -> str:

@@ -1,11 +1,18 @@
-"""Atomic writers: a file is either the old version or the complete new one, never half."""
+"""Atomic writers: a file is either the old version or the complete new one, never half.
+
+A writer first writes a temporary file next to its target, named ``TEMP_PREFIX`` +
+``<name>.<random><suffix>``, and renames it over the target. A process killed in between
+leaves that temporary file behind; `remove_stale_temps` deletes such leftovers (each
+experiment run calls it on its own output folder before it writes, issue 11). Outputs get
+the user's normal file mode (0o666 less the umask), as ``open`` would give them.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,18 +20,53 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+TEMP_PREFIX = ".replicate-tmp."
+"""Every temporary file of these writers starts with this; no output does."""
+_CREATE_ATTEMPTS = 100
+
+
+def _temp_file(path: Path) -> Path:
+    """A new, empty temporary file next to ``path``. Created with mode 0o666, which the
+    kernel reduces by the umask (`tempfile.mkstemp` would give 0o600 whatever the umask)."""
+    for _ in range(_CREATE_ATTEMPTS):
+        tmp = path.parent / f"{TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}{path.suffix}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"no free temporary name next to {path}")
+
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+    tmp = _temp_file(path)
     try:
-        write(Path(tmp))
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temps(directory: Path, recursive: bool = False) -> list[Path]:
+    """Delete the temporary files (``TEMP_PREFIX*``) that killed writers left in
+    ``directory`` (and its subfolders when ``recursive``); return what was deleted.
+
+    Call it only on a folder that no other running process writes to (an experiment's own
+    output folder at the start of its run): a live writer's temporary file looks the same.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    pattern = f"{TEMP_PREFIX}*"
+    found = directory.rglob(pattern) if recursive else directory.glob(pattern)
+    removed = sorted(p for p in found if p.is_file())
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
 
 
 def _json_safe(value: Any) -> Any:

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
-from replicate.claims import ClaimRecord
+from replicate.claims import (
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    VERDICTS,
+    ClaimRecord,
+    MalformedFile,
+    read_json_object,
+)
 from replicate.config import Params
 
 PAPER_TITLES = {
@@ -16,7 +25,6 @@ PAPER_TITLES = {
 }
 CLASS_NAMES = {-1: "UNIGRAM", 0: "INTERMEDIATE", 1: "BIGRAM"}
 SYMBOLS = {"le": "≤", "ge": "≥", "close": "within ±"}
-VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
 PROVENANCE = {
     "paper": "the papers' results",
     "derived": "our derivations from them",
@@ -26,8 +34,13 @@ PROVENANCE = {
 SHORT = {"holds": "✓", "does-not-reproduce": "✗", "inconclusive": "?", "missing": "–"}
 
 
-def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4g}"
+def _fmt(value: object) -> str:
+    """A number to 4 significant digits, — for None, any other JSON value as JSON."""
+    if value is None:
+        return "—"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return _cell(json.dumps(value))
 
 
 def _cell(text: str) -> str:
@@ -110,7 +123,23 @@ def _claim_notes(records: list[ClaimRecord]) -> list[str]:
     return lines
 
 
-def _seed_table(metrics: dict) -> list[str]:
+def _run_class(value: object) -> str:
+    """A run class's name (-1, 0, 1); a value that is no finite number as `_fmt` shows it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return CLASS_NAMES.get(int(value), str(value))
+    return _fmt(value)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """An output file's JSON object, or None when it is absent or malformed (the claims'
+    notes name the file and the fault)."""
+    try:
+        return read_json_object(path)
+    except (FileNotFoundError, MalformedFile):
+        return None
+
+
+def _seed_table(metrics: dict[str, Any]) -> list[str]:
     """Per-seed run classes (keys ``<chain>/<tying>/seed<s>/class`` and ``.../kappa``)."""
     rows = []
     for key, value in metrics.items():
@@ -118,9 +147,7 @@ def _seed_table(metrics: dict) -> list[str]:
             run = key[: -len("/class")]
             kappa = metrics.get(f"{run}/kappa")
             loss = metrics.get(f"{run}/final_loss")
-            rows.append(
-                f"| `{run}` | {CLASS_NAMES.get(int(value), value)} | {_fmt(kappa)} | {_fmt(loss)} |"
-            )
+            rows.append(f"| `{run}` | {_run_class(value)} | {_fmt(kappa)} | {_fmt(loss)} |")
     if not rows:
         return []
     return [
@@ -237,12 +264,12 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
             ]
             if links:
                 lines += ["Outputs: " + ", ".join(links) + ".", ""]
-            prov_file = directory / "provenance.json"
-            if prov_file.exists():
-                lines += [_settings_line(json.loads(prov_file.read_text())), ""]
+            provenance = _read(directory / PROVENANCE_FILE)
+            if provenance is not None:
+                lines += [_settings_line(provenance), ""]
             lines += _claims_table(recs)
             lines += _claim_notes(recs)
-            metrics_file = directory / "metrics.json"
-            if metrics_file.exists():
-                lines += _seed_table(json.loads(metrics_file.read_text()))
+            metrics = _read(directory / METRICS_FILE)
+            if metrics is not None:
+                lines += _seed_table(metrics)
     return "\n".join(lines) + "\n"

@@ -3,7 +3,9 @@
 Every training in the harness goes through `train_ensemble`: any ensemble model
 (`lightning_modules`), any members (a source and a seed each), any objective. Lightning is
 imported by `train_ensemble` itself, so an experiment that trains nothing never loads it
-(issue 13: start-up).
+(issue 13: start-up). `configure_torch` sets the trainings' precision and how an ensemble
+too large for the device is split into chunks of members trained one after the other
+(issue 13: GPU readiness).
 """
 
 from __future__ import annotations
@@ -18,19 +20,30 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, is_dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
 from lightning_modules import EnsembleGPT, GPTConfig
+from replicate.chunking import (
+    chunk_bounds,
+    concat_histories,
+    concat_snapshots,
+    cuda_member_bytes,
+    members_that_fit,
+    select_members,
+    write_members,
+)
+from replicate.config import Precision
 
 if TYPE_CHECKING:
     import lightning as L
 
     from lightning_modules import (
         EnsembleModule,
+        MarkovEnsembleData,
         Member,
         Objective,
         OptimConfig,
@@ -38,6 +51,40 @@ if TYPE_CHECKING:
         TestEvaluation,
     )
     from lightning_modules.ensemble_module import Probe
+
+
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
+    "32-true": None,
+    "bf16-mixed": torch.bfloat16,
+    "16-mixed": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """How the trainings use the device (issue 13: GPU readiness), set by `configure_torch`.
+
+    ``precision``: see `Precision`. ``max_members_per_chunk``: train an ensemble in
+    consecutive chunks of at most this many members, one after the other (members are
+    independent, so the results equal the unchunked run's); None: on CUDA, as many as fit
+    in ``memory_fraction`` of the free device memory, from the measured peak of one
+    member's training step (`replicate.chunking.cuda_member_bytes`); elsewhere all members.
+    """
+
+    precision: Precision = "32-true"
+    max_members_per_chunk: int | None = None
+    memory_fraction: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.precision not in get_args(Precision):
+            raise ValueError(f"precision must be one of {get_args(Precision)}")
+        if self.max_members_per_chunk is not None and self.max_members_per_chunk < 1:
+            raise ValueError("max_members_per_chunk must be at least 1 (or None: automatic)")
+        if not 0.0 < self.memory_fraction <= 1.0:
+            raise ValueError("memory_fraction must lie in (0, 1]")
+
+
+_DEVICE = DeviceSettings()
 
 
 @dataclass(frozen=True)
@@ -235,8 +282,17 @@ def _latest_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def configure_torch(threads: int) -> None:
-    """Fix the CPU thread count (results are reproducible for a given device and count)."""
+def configure_torch(
+    threads: int,
+    precision: Precision = "32-true",
+    max_members_per_chunk: int | None = None,
+    memory_fraction: float = 0.8,
+) -> None:
+    """Fix the CPU thread count (results are reproducible for a given device and count) and
+    the trainings' `DeviceSettings` (the defaults: float32, chunks only where CUDA memory
+    needs them)."""
+    global _DEVICE
+    _DEVICE = DeviceSettings(precision, max_members_per_chunk, memory_fraction)
     torch.set_num_threads(threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -275,24 +331,93 @@ def train_ensemble(
     Member i trains on data drawn from ``members[i].source`` with ``members[i].seed``;
     one Trainer, one progress bar. ``plan.snapshot_steps`` keeps parameter copies in
     ``module.snapshots``. Inside `checkpointing`, training is saved every so many steps and
-    resumed from the latest checkpoint of the same training (same weights, data, plan).
+    resumed from the latest one of the same training (same weights, data, plan). Where the
+    `DeviceSettings` ask for chunks of fewer members, the chunks train one after the other
+    and their results are joined in member order (`_train_in_chunks`).
     """
-    import lightning as L
-
-    from lightning_modules import EnsembleModule, MarkovEnsembleData, NextTokenCE
-    from replicate.lightning_callbacks import (
-        _IntermediateCheckpoints,
-        _LabelledProgressBar,
-        _StepTimer,
-    )
+    from lightning_modules import NextTokenCE
 
     objective = objective if objective is not None else NextTokenCE()
-    calibration, planned, started = _CALIBRATION, plan, time.perf_counter()
-    if calibration is not None:
-        short = min(plan.steps, calibration.steps)
-        snapshots = tuple(s for s in plan.snapshot_steps if s <= short)
-        plan = replace(plan, steps=short, eval_every=short, snapshot_steps=snapshots)
-    data = MarkovEnsembleData(
+    per_chunk = _members_per_chunk(model, members, plan, objective)
+    if per_chunk >= len(members):
+        return _train(model, members, plan, optim, label, objective, probes, progress)
+    chunks = chunk_bounds(len(members), per_chunk)
+    return _train_in_chunks(model, members, chunks, plan, optim, label, objective, probes, progress)
+
+
+def _members_per_chunk(
+    model: nn.Module, members: Sequence[Member], plan: TrainingPlan, objective: Objective
+) -> int:
+    """The chunk size `DeviceSettings` give for this training (see there)."""
+    from lightning_modules import member_generator
+    from lightning_modules.markov_data import sample_members
+
+    if _DEVICE.max_members_per_chunk is not None:
+        return _DEVICE.max_members_per_chunk
+    if not torch.cuda.is_available() or len(members) == 1:
+        return len(members)
+    # The largest batch a step sees: a training batch or a chunk of the gradient set.
+    rows = max(plan.batch_size, -(-plan.gradset_sequences // plan.gradset_chunks))
+    generator = member_generator(members[0].seed, "memory")
+    batch = sample_members([members[0]], rows, plan.seq_len + objective.extra_tokens(), [generator])
+    needed = cuda_member_bytes(model, objective, batch, AUTOCAST_DTYPES[_DEVICE.precision])
+    free, _ = torch.cuda.mem_get_info()
+    return members_that_fit(needed, free, _DEVICE.memory_fraction)
+
+
+def _train_in_chunks(
+    model: nn.Module,
+    members: Sequence[Member],
+    chunks: Sequence[range],
+    plan: TrainingPlan,
+    optim: OptimConfig,
+    label: str,
+    objective: Objective,
+    probes: Mapping[str, Probe] | None,
+    progress: bool,
+) -> TrainedEnsemble:
+    """Train ``model``'s members chunk by chunk (consecutive ranges of members), one Trainer
+    each; write the trained members back into ``model`` and join the chunks' evaluation
+    histories and snapshots along the member axis."""
+    largest = max(len(chunk) for chunk in chunks)
+    print(
+        f"{label}: {len(members)} members in {len(chunks)} chunks of at most {largest}",
+        file=sys.stderr,
+        flush=True,
+    )
+    parts = []
+    for chunk in chunks:
+        part = _train(
+            select_members(model, chunk),
+            [members[i] for i in chunk],
+            plan,
+            optim,
+            f"{label} [{chunk.start}:{chunk.stop}]",
+            objective,
+            probes,
+            progress,
+        )
+        write_members(model, part.model, chunk)
+        parts.append(part)
+    data = _data(members, plan, objective)
+    module = _module(model, data, plan, optim, objective, probes)
+    module.history = concat_histories([p.module.history for p in parts])
+    module.eval_steps = list(parts[0].module.eval_steps)
+    module.snapshots = concat_snapshots([p.module.snapshots for p in parts])
+    return TrainedEnsemble(
+        module=module,
+        members=list(members),
+        test_batch=data.test_batch(),
+        eval_batch=plan.batch_size,
+    )
+
+
+def _data(
+    members: Sequence[Member], plan: TrainingPlan, objective: Objective
+) -> MarkovEnsembleData:
+    from lightning_modules import MarkovEnsembleData
+
+    return MarkovEnsembleData(
         members,
         plan.batch_size,
         plan.seq_len + objective.extra_tokens(),
@@ -301,7 +426,19 @@ def train_ensemble(
         plan.test_seed,
         plan.gradset_sequences,
     )
-    module = EnsembleModule(
+
+
+def _module(
+    model: nn.Module,
+    data: MarkovEnsembleData,
+    plan: TrainingPlan,
+    optim: OptimConfig,
+    objective: Objective,
+    probes: Mapping[str, Probe] | None,
+) -> EnsembleModule:
+    from lightning_modules import EnsembleModule
+
+    return EnsembleModule(
         model,
         optim,
         plan.steps,
@@ -314,6 +451,34 @@ def train_ensemble(
         gradient_set=data.gradient_set(),
         gradient_chunks=plan.gradset_chunks,
     )
+
+
+def _train(
+    model: nn.Module,
+    members: Sequence[Member],
+    plan: TrainingPlan,
+    optim: OptimConfig,
+    label: str,
+    objective: Objective,
+    probes: Mapping[str, Probe] | None,
+    progress: bool,
+) -> TrainedEnsemble:
+    """One Trainer over all of ``members`` (see `train_ensemble`)."""
+    import lightning as L
+
+    from replicate.lightning_callbacks import (
+        _IntermediateCheckpoints,
+        _LabelledProgressBar,
+        _StepTimer,
+    )
+
+    calibration, planned, started = _CALIBRATION, plan, time.perf_counter()
+    if calibration is not None:
+        short = min(plan.steps, calibration.steps)
+        snapshots = tuple(s for s in plan.snapshot_steps if s <= short)
+        plan = replace(plan, steps=short, eval_every=short, snapshot_steps=snapshots)
+    data = _data(members, plan, objective)
+    module = _module(model, data, plan, optim, objective, probes)
     callbacks: list[L.Callback] = []
     timer = _StepTimer() if calibration is not None else None
     if timer is not None:
@@ -346,6 +511,7 @@ def train_ensemble(
         callbacks=callbacks,
         limit_val_batches=0,
         num_sanity_val_steps=0,
+        precision=_DEVICE.precision,
     )
     resume = _latest_checkpoint(folder) if folder is not None else None
     if resume is not None:

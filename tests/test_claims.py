@@ -10,6 +10,7 @@ import pytest
 from replicate import claims
 from replicate.cli import main
 from replicate.config import load_params
+from replicate.provenance import recorded_inputs
 
 from .conftest import PARAMS_FILE
 
@@ -17,10 +18,13 @@ CLAIM_ID = "A3a-tied-stuck"  # metric p0.5_q0.8/tied/frac_unigram, ge 0.6, expec
 
 
 def _write_outputs(root: Path, metrics: dict, scale: str = "ci") -> None:
+    """Fig. 3's outputs as produced by params.yaml at ``scale`` (provenance.json included)."""
     out = root / "results/attn_markov/fig3"
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics))
-    (out / "provenance.json").write_text(json.dumps({"scale": scale, "settings": {}}))
+    params = load_params(PARAMS_FILE, scale=scale, only=["attn_markov_fig3"])
+    provenance = recorded_inputs("attn_markov_fig3", params)
+    (out / "provenance.json").write_text(json.dumps(provenance))
 
 
 def _stuck(frac: float) -> dict:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from replicate.claims import verdict_summary_paths
 from replicate.config import load_params
+from replicate.dvcfile import render
 
 from .conftest import REPO
 
@@ -18,28 +20,38 @@ def _dvc() -> dict:
     return yaml.safe_load((REPO / "dvc.yaml").read_text())
 
 
-def test_dvc_metrics_and_plots_cover_every_experiment() -> None:
-    params = load_params(REPO / "params.yaml")
-    dvc = _dvc()
-    expected = {f"{e.directory}/metrics.json" for e in params.experiments.values()}
-    assert set(dvc["metrics"]) == expected
-    plotted = {next(iter(p)) if isinstance(p, dict) else p for p in dvc["plots"]}
-    for path in plotted:
-        assert any(path.startswith(f"{e.directory}/") for e in params.experiments.values()), path
+def test_dvc_yaml_is_generated_from_params() -> None:
+    """dvc.yaml is `python -m replicate.dvcfile`'s output for the committed params.yaml."""
+    params = load_params(REPO / "params.yaml", only=[])
+    assert (REPO / "dvc.yaml").read_text() == render(params), (
+        "dvc.yaml is out of date: run `python -m replicate.dvcfile`"
+    )
 
 
-def test_dvc_claims_stage_depends_on_every_paper_with_experiments() -> None:
-    params = load_params(REPO / "params.yaml")
-    deps = set(_dvc()["stages"]["claims"]["deps"])
-    papers = {f"results/{e.paper}" for e in params.experiments.values()}
-    assert papers <= deps
+def test_dvc_stages_read_exactly_their_rules_inputs() -> None:
+    """One stage per experiment plus the claims; params at a templated scale, the shared
+    sections only where an experiment declares them; a derived stage depends on its upstream;
+    the claims on every experiment's outputs and the claims code."""
+    params = load_params(REPO / "params.yaml", only=[])
+    stages = _dvc()["stages"]
+    assert set(stages) == {*params.experiments, "claims"}
+    for name, entry in params.experiments.items():
+        stage = stages[name]
+        assert stage["cmd"] == f"snakemake --cores all {name} --config scale=${{scale}}"
+        assert f"{params.section_of(name)}.{name}.settings.${{scale}}" in stage["params"]
+        assert ("classification" in stage["params"]) == ("classification" in entry.reads)
+        assert stage["outs"] == [str(entry.directory)]
+        upstream = params.upstream_of(name)
+        if upstream:
+            assert str(params.experiment(upstream).directory) in stage["deps"]
+    claims = stages["claims"]
+    assert {str(e.directory) for e in params.experiments.values()} <= set(claims["deps"])
+    assert "replicate/claims.py" in claims["deps"] and "claims" in claims["params"]
 
 
-def test_dvc_stage_is_templated_not_restated() -> None:
-    stage = _dvc()["stages"]["experiment"]
-    assert stage["foreach"] == "${experiments}"
-    assert "${key}" in stage["do"]["cmd"] and "scale=${scale}" in stage["do"]["cmd"]
-    assert "experiments.${key}" in stage["do"]["params"]
+def test_dvc_metrics_are_the_verdict_summaries() -> None:
+    metrics = _dvc()["stages"]["claims"]["metrics"]
+    assert metrics == [{str(p): {"cache": False}} for p in verdict_summary_paths()]
 
 
 def _target_rules(directory: Path) -> set[str]:

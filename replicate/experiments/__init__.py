@@ -7,6 +7,7 @@ heavy dependencies); iterating over the registry imports every paper.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -54,24 +55,61 @@ REGISTRY: Mapping[str, Experiment] = _Registry()
 
 SHARED_CODE = (
     "lightning_modules",
-    "replicate/markov",
-    "replicate/theory",
-    "replicate/experiments/base.py",
-    "replicate/experiments/hyperparameter_tables.py",
-    "replicate/analysis",
+    "replicate/__init__.py",
+    "replicate/__main__.py",
+    "replicate/cli.py",
+    "replicate/config.py",
     "replicate/io.py",
     "replicate/plotting.py",
+    "replicate/provenance.py",
     "replicate/training.py",
+    "replicate/lightning_callbacks.py",
+    "replicate/analysis",
+    "replicate/markov",
+    "replicate/theory",
+    "replicate/experiments/__init__.py",
+    "replicate/experiments/base.py",
+    "replicate/experiments/hyperparameter_tables.py",
 )
+"""Code every experiment runs through (issue 11: a change to any of it makes every experiment
+stale, in Snakemake and in DVC alike)."""
+
+CLAIMS_CODE = (
+    "replicate/__init__.py",
+    "replicate/__main__.py",
+    "replicate/cli.py",
+    "replicate/config.py",
+    "replicate/io.py",
+    "replicate/provenance.py",
+    "replicate/claims.py",
+    "replicate/report.py",
+)
+"""Code the claims check runs through."""
 
 
-def code_dependencies(paper: str) -> list[str]:
-    """Source files whose change makes a paper's experiments stale (Snakemake inputs)."""
-    paths = [*SHARED_CODE, f"replicate/experiments/{paper}"]
+def code_paths(paper: str | None) -> list[str]:
+    """The files and folders whose content shapes paper ``paper``'s outputs (None: the
+    claims'): DVC's deps, each folder hashed whole."""
+    return [*SHARED_CODE, f"replicate/experiments/{paper}"] if paper else list(CLAIMS_CODE)
+
+
+def code_dependencies(paper: str | None) -> list[str]:
+    """`code_paths` with folders expanded to their source files: Snakemake's inputs. The
+    same files DVC hashes (`.dvcignore` leaves out ``__pycache__``)."""
+    return list(_code_files(paper))
+
+
+@functools.cache
+def _code_files(paper: str | None) -> tuple[str, ...]:
     files: list[str] = []
-    for p in map(Path, paths):
-        files += sorted(str(f) for f in p.rglob("*.py")) if p.is_dir() else [str(p)]
-    return files
+    for p in map(Path, code_paths(paper)):
+        if p.is_dir():
+            files += sorted(
+                str(f) for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+            )
+        else:
+            files.append(str(p))
+    return tuple(files)
 
 
 _FROM_BASE = ("Experiment", "RunContext", "run_experiment")
@@ -87,12 +125,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CLAIMS_CODE",
     "PAPERS",
     "REGISTRY",
     "SHARED_CODE",
     "Experiment",
     "RunContext",
     "code_dependencies",
+    "code_paths",
     "paper_of",
     "run_experiment",
 ]

@@ -25,10 +25,21 @@ from pydantic import BaseModel
 
 from replicate import io
 from replicate.config import Classification, ExperimentEntry, Params
+from replicate.provenance import PROVENANCE_FILE, recorded_inputs
 from replicate.training import checkpointing, configure_torch
 
 Metrics = dict[str, float]
 CHECKPOINT_DIR = Path("checkpoints")
+
+
+def provenance(name: str, params: Params) -> dict[str, object]:
+    """What produced an experiment's outputs: `recorded_inputs` (every params.yaml value
+    that shapes them), plus the device and library versions (issue 11)."""
+    return {
+        **recorded_inputs(name, params),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch": torch.__version__,
+    }
 
 
 @dataclass
@@ -39,9 +50,22 @@ class RunContext:
     entry: ExperimentEntry
     scale: str
     out_dir: Path
-    classification: Classification
+    shared: Classification
     progress: bool = True
     written: list[str] = field(default_factory=list)
+    read: set[str] = field(default_factory=set)
+
+    @property
+    def classification(self) -> Classification:
+        """The shared run-classification thresholds; only for an experiment that declares
+        ``reads: [classification]`` in params.yaml (they are then among its inputs)."""
+        if "classification" not in self.entry.reads:
+            raise RuntimeError(
+                f"{self.name} reads the classification thresholds: add `reads: "
+                f"[classification]` to its entry in params.yaml"
+            )
+        self.read.add("classification")
+        return self.shared
 
     def save_figure(self, fig: Figure, stem: str = "figure") -> None:
         """Write ``stem``.png and ``stem``.pdf, then release the figure."""
@@ -94,15 +118,17 @@ def run_experiment(
 
     entry = params.experiment(name)
     settings = params.settings(name)
-    configure_torch(params.raw.runtime.threads)
+    runtime = params.raw.runtime
+    configure_torch(runtime.threads, runtime.precision, runtime.max_members_per_chunk)
     ctx = RunContext(
         name=name,
         entry=entry,
         scale=params.scale,
         out_dir=root / entry.directory,
-        classification=params.raw.classification,
+        shared=params.raw.classification,
         progress=progress,
     )
+    io.remove_stale_temps(ctx.out_dir, recursive=True)  # left by a run killed mid-write
     checkpoints = root / CHECKPOINT_DIR / name
     started = time.perf_counter()
     with checkpointing(checkpoints, params.checkpoint_every):
@@ -113,18 +139,13 @@ def run_experiment(
             f"{name} wrote {sorted(ctx.written)} "
             f"but params.yaml lists outputs {sorted(entry.outputs)}"
         )
+    if ctx.read != set(entry.reads):
+        raise RuntimeError(
+            f"{name} declares reads: {sorted(entry.reads)} in params.yaml but read "
+            f"{sorted(ctx.read)}"
+        )
     io.write_json(ctx.out_dir / "metrics.json", metrics)
-    io.write_json(
-        ctx.out_dir / "provenance.json",
-        {
-            "experiment": name,
-            "scale": params.scale,
-            "settings": settings.model_dump(mode="json"),
-            "threads": params.raw.runtime.threads,
-            "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__,
-        },
-    )
+    io.write_json(ctx.out_dir / PROVENANCE_FILE, provenance(name, params))
     shutil.rmtree(checkpoints, ignore_errors=True)  # the outputs are complete
     # For the person at the terminal (and the rule's log); Snakemake's benchmark file is
     # the record.

@@ -1,0 +1,134 @@
+"""Write dvc.yaml from params.yaml: one DVC stage per Snakemake rule that writes results.
+
+Snakemake decides what is stale; DVC records and shares what Snakemake wrote (issue 11). For
+the two to agree, each stage's ``params`` are exactly the keys its rule reads at the active
+scale (`Params.input_keys`, `Params.claims_input_keys`; ``${scale}`` stays a DVC template
+variable, so switching scale needs no regeneration) and its ``deps`` are exactly the code the
+rule's Snakemake inputs list (`replicate.experiments.code_paths`). DVC's templating cannot
+make a list of keys conditional on an experiment (``reads``), hence a generated file;
+`tests/test_workflow_files.py` fails when the committed dvc.yaml differs from this output.
+
+    python -m replicate.dvcfile            # rewrite dvc.yaml
+    python -m replicate.dvcfile --check    # exit 1 when dvc.yaml is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from replicate.config import SCALES, ConfigError, Params, load_params
+
+DVC_FILE = Path("dvc.yaml")
+SCALE_VARIABLE = "${scale}"
+HEADER = """\
+# GENERATED from params.yaml by `python -m replicate.dvcfile`: do not edit (issue 11).
+# DVC records what Snakemake writes: one stage per experiment, running the Snakemake target of
+# the same name (Snakemake's own upstream edges included), so every output has one writer.
+# A stage's params are exactly the params.yaml keys its rule reads at the active scale, and
+# its deps exactly the code its rule lists as inputs: `snakemake -n` and `dvc status` agree
+# on what is stale (tests/test_staleness.py). Metrics: the per-paper verdict counts.
+"""
+
+
+def _snakemake(target: str) -> str:
+    return f"snakemake --cores all {target} --config scale={SCALE_VARIABLE}"
+
+
+def _scale_free(keys: list[str], scale: str) -> list[str]:
+    """Keys with the active scale's settings segment replaced by the DVC variable."""
+    return [k.replace(f".settings.{scale}", f".settings.{SCALE_VARIABLE}") for k in keys]
+
+
+def stages(params: Params) -> dict[str, Any]:
+    from replicate.claims import verdict_summary_paths
+    from replicate.experiments import code_paths
+
+    out: dict[str, Any] = {}
+    for name, entry in params.experiments.items():
+        upstream = params.upstream_of(name)
+        deps = code_paths(entry.paper)
+        if upstream is not None:
+            deps.append(str(params.experiment(upstream).directory))
+        out[name] = {
+            "cmd": _snakemake(name),
+            "params": _scale_free(params.input_keys(name), params.scale),
+            "deps": deps,
+            "outs": [str(entry.directory)],
+        }
+    out["claims"] = {
+        "cmd": _snakemake("claims"),
+        "params": params.claims_input_keys(),
+        "deps": [*code_paths(None), *(str(e.directory) for e in params.experiments.values())],
+        "outs": ["results/claims.json", "results/REPORT.md"],
+        # Small, and tracked by git rather than the DVC cache, so that `dvc metrics diff`
+        # compares verdict counts across commits.
+        "metrics": [{str(p): {"cache": False}} for p in verdict_summary_paths()],
+    }
+    return out
+
+
+def render(params: Params) -> str:
+    """dvc.yaml's text for ``params`` (stages, metrics and plots)."""
+    document = {"stages": stages(params), "plots": plots(params)}
+    body = yaml.safe_dump(document, sort_keys=False, width=100, allow_unicode=True)
+    return HEADER + body
+
+
+def plots(params: Params) -> list[Any]:
+    """Every experiment's figure as an image plot, then its ``curves`` (params.yaml), one
+    line per run (template ``.dvc/plots/runs.json``)."""
+    images: list[Any] = [
+        str(path)
+        for entry in params.experiments.values()
+        for path in entry.output_paths
+        if path.suffix == ".png"
+    ]
+    curves: list[Any] = []
+    for name, entry in params.experiments.items():
+        for curve in entry.curves:
+            plot_id = "_".join([name, Path(curve.file).stem, *curve.y])
+            curves.append(
+                {
+                    plot_id: {
+                        "template": "runs",
+                        "x": curve.x,
+                        "x_label": curve.x_label,
+                        "y": {str(entry.directory / curve.file): curve.y},
+                        "y_label": curve.y_label,
+                        "title": f"{name}: {curve.y_label}",
+                    }
+                }
+            )
+    return images + curves
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m replicate.dvcfile", description=__doc__)
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml is stale")
+    args = parser.parse_args(argv)
+    try:
+        params = load_params(args.params, scale=SCALES[0], only=[])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = render(params)
+    if args.check:
+        if not DVC_FILE.exists() or DVC_FILE.read_text() != text:
+            print(f"{DVC_FILE} is out of date: run `python -m replicate.dvcfile`", file=sys.stderr)
+            return 1
+        return 0
+    from replicate import io
+
+    io.write_text(DVC_FILE, text)
+    print(f"wrote {DVC_FILE}: {len(params.experiments) + 1} stages")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

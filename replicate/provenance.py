@@ -1,0 +1,64 @@
+"""What produced an experiment's outputs, and whether that is what params.yaml says now.
+
+Every experiment writes ``provenance.json`` (a declared output): the params.yaml values that
+shape its outputs at the scale it ran (`recorded_inputs`). `mismatches` compares a
+recorded file with params.yaml at the active scale, so that outputs restored from elsewhere
+(``dvc checkout``, a copy) with other settings are refused by name and key (issue 11).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from replicate.config import Params
+
+PROVENANCE_FILE = "provenance.json"
+
+
+def recorded_inputs(name: str, params: Params) -> dict[str, Any]:
+    """The values of `Params.input_keys` for experiment ``name``, as provenance.json holds
+    them: ``scale``, ``runtime``, ``settings`` (validated, defaults filled in) and one entry
+    per shared section the experiment reads."""
+    entry = params.experiment(name)
+    return {
+        "experiment": name,
+        "scale": params.scale,
+        "runtime": params.raw.runtime.model_dump(mode="json"),
+        "settings": params.settings(name).model_dump(mode="json"),
+        **{
+            section: getattr(params.raw, section).model_dump(mode="json") for section in entry.reads
+        },
+    }
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def mismatches(name: str, params: Params, root: Path = Path(".")) -> list[str]:
+    """Why experiment ``name``'s outputs under ``root`` were not produced by params.yaml at the
+    active scale: one message per differing key (empty: they were). A missing or unreadable
+    provenance.json is one message too."""
+    path = root / params.experiment(name).directory / PROVENANCE_FILE
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"{name}: {path} cannot be read ({exc.__class__.__name__}: {exc})"]
+    if not isinstance(recorded, dict):
+        return [f"{name}: {path} does not hold a JSON object"]
+    want = _flatten(recorded_inputs(name, params), "")
+    have = _flatten({k: recorded.get(k) for k in recorded_inputs(name, params)}, "")
+    return [
+        f"{name}: outputs were produced with {key} = {json.dumps(have.get(key))}, "
+        f"params.yaml ({params.scale} scale) has {json.dumps(want.get(key))}"
+        for key in sorted(set(want) | set(have))
+        if want.get(key) != have.get(key)
+    ]

@@ -1,0 +1,77 @@
+"""Record in DVC what Snakemake wrote, so that the two agree on what is current (issue 11).
+
+Snakemake owns staleness: a rule reruns when an input is newer than its outputs or the
+params.yaml values it reads changed. After a successful `snakemake` run (the Snakefile's
+``onsuccess``), `record_in_dvc` commits to dvc.lock every DVC stage (replicate/dvcfile.py)
+whose outputs are current by the same two rules, and no other: outputs present, newer than
+every input, produced with params.yaml's values (provenance.json, or for the claims the
+stored claims equal a fresh evaluation). A stage Snakemake would rerun is left as DVC last
+recorded it, so `dvc status` still calls it changed. Under `dvc repro` (``DVC_STAGE`` set)
+DVC records the stage itself and nothing is done here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from replicate.config import Params
+from replicate.experiments import code_dependencies
+from replicate.provenance import mismatches
+
+
+def _newer_than_inputs(outputs: Iterable[Path], inputs: Iterable[Path]) -> bool:
+    outs = list(outputs)
+    if not all(p.exists() for p in outs):
+        return False
+    oldest_output = min(p.stat().st_mtime for p in outs)
+    return all(p.stat().st_mtime <= oldest_output for p in inputs if p.exists())
+
+
+def current_experiments(params: Params, root: Path = Path(".")) -> list[str]:
+    """Experiments whose outputs Snakemake would not rerun (by mtime and params)."""
+    current = []
+    for name, entry in params.experiments.items():
+        upstream = params.upstream_of(name)
+        inputs = [root / f for f in code_dependencies(entry.paper)]
+        if upstream is not None:
+            inputs += [root / p for p in params.experiment(upstream).output_paths]
+        outputs = [root / p for p in entry.output_paths]
+        if _newer_than_inputs(outputs, inputs) and not mismatches(name, params, root):
+            current.append(name)
+    return current
+
+
+def claims_current(params: Params, root: Path = Path(".")) -> bool:
+    """Whether the claims outputs are newer than every input and equal a fresh evaluation."""
+    from replicate import claims
+
+    outputs = [root / p for p in (claims.CLAIMS_FILE, claims.REPORT_FILE)]
+    outputs += [root / p for p in claims.verdict_summary_paths()]
+    inputs = [root / f for f in code_dependencies(None)]
+    inputs += [root / p for e in params.experiments.values() for p in e.output_paths]
+    if not _newer_than_inputs(outputs, inputs):
+        return False
+    try:
+        stored = claims.load_records(root)
+    except (OSError, ValueError):  # absent or malformed: not current
+        return False
+    return [r.to_json() for r in stored] == [r.to_json() for r in claims.evaluate(params, root)]
+
+
+def record_in_dvc(params: Params, root: Path = Path(".")) -> list[str]:
+    """`dvc commit` the current stages (none under `dvc repro`, or outside a DVC project)."""
+    dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or shutil.which("dvc")
+    if "DVC_STAGE" in os.environ or not (root / ".dvc").is_dir() or dvc is None:
+        return []
+    stages = current_experiments(params, root)
+    if len(stages) == len(params.experiments) and claims_current(params, root):
+        stages.append("claims")
+    if stages:
+        subprocess.run([dvc, "commit", "--force", "--quiet", *stages], cwd=root, check=True)
+        print(f"recorded {len(stages)} stage(s) in dvc.lock", file=sys.stderr)
+    return stages

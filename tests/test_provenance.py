@@ -1,0 +1,56 @@
+"""Outputs carry what produced them; the check refuses outputs built with other settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from replicate import claims, io
+from replicate.config import load_params
+from replicate.provenance import PROVENANCE_FILE, mismatches, recorded_inputs
+
+from .conftest import REPO
+
+NAME = "attn_markov_fig3"
+
+
+def _outputs(root: Path, provenance: dict) -> None:
+    params = load_params(REPO / "params.yaml", only=[NAME])
+    directory = root / params.experiment(NAME).directory
+    io.write_json(directory / PROVENANCE_FILE, provenance)
+    stored = json.loads((REPO / params.experiment(NAME).directory / "metrics.json").read_text())
+    io.write_json(directory / "metrics.json", stored)
+
+
+def test_recorded_inputs_match_params(tmp_path: Path) -> None:
+    params = load_params(REPO / "params.yaml", only=[NAME])
+    _outputs(tmp_path, recorded_inputs(NAME, params))
+    assert mismatches(NAME, params, tmp_path) == []
+    recorded = recorded_inputs(NAME, params)
+    assert recorded["classification"] == params.raw.classification.model_dump(mode="json")
+    assert recorded["runtime"]["threads"] == params.raw.runtime.threads
+
+
+def test_other_settings_are_named_and_their_claims_missing(tmp_path: Path) -> None:
+    """As after `dvc checkout --force` of outputs built with other settings (issue 11)."""
+    params = load_params(REPO / "params.yaml")
+    other = recorded_inputs(NAME, params)
+    other["settings"]["training"]["steps"] += 1
+    other["classification"]["bigram_kappa_min"] = 0.5
+    _outputs(tmp_path, other)
+    found = mismatches(NAME, params, tmp_path)
+    assert len(found) == 2
+    assert any("settings.training.steps" in m for m in found)
+    assert any("classification.bigram_kappa_min = 0.5" in m for m in found)
+    records = [r for r in claims.evaluate(params, tmp_path) if r.experiment == NAME]
+    assert records and all(r.verdict == "missing" for r in records)
+    assert all("settings.training.steps" in r.note for r in records)
+
+
+def test_unreadable_provenance_is_a_mismatch(tmp_path: Path) -> None:
+    params = load_params(REPO / "params.yaml", only=[NAME])
+    directory = tmp_path / params.experiment(NAME).directory
+    directory.mkdir(parents=True)
+    (directory / PROVENANCE_FILE).write_text("{")
+    (message,) = mismatches(NAME, params, tmp_path)
+    assert "cannot be read" in message and NAME in message

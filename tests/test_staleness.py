@@ -1,0 +1,165 @@
+"""Snakemake and DVC name the same stale stages after every kind of edit (issue 11).
+
+A scratch project with four experiments (paper A's Fig. 3, its derived Table 2, paper A's
+theorems, paper B's Fig. 5; tiny trainings) and their claims is built once by
+`snakemake claims_report`, whose ``onsuccess`` records it in dvc.lock. Then each edit of one
+setting or one module is made on its own, and the rules `snakemake -n` would
+run are compared with the stages `dvc status` calls changed plus everything downstream of
+them in dvc.yaml (DVC reports a changed stage only, Snakemake plans its consumers too). After
+each edit the file is restored, content and modification time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO, shrink
+
+BIN = Path(sys.executable).parent
+KEPT = ("attn_markov_fig3", "attn_markov_table2", "attn_markov_theorems", "local_global_fig5")
+BUILD = "claims_report"
+"""Every experiment and the claims; not `all`, whose check fails on tiny trainings' verdicts.
+The rule `claims_report` is DVC's stage `claims`."""
+
+pytestmark = pytest.mark.skipif(
+    not (BIN / "dvc").exists() or not (BIN / "snakemake").exists(),
+    reason="needs the dvc and snakemake executables of this environment",
+)
+
+
+def _project(root: Path) -> None:
+    """Copy the workflow (code, Snakefile, profile) and a params.yaml cut to `KEPT`."""
+    for name in ("Snakefile", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    for folder in ("replicate", "lightning_modules", "profiles", "report"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    data = shrink(yaml.safe_load((REPO / "params.yaml").read_text()))
+    for section in ("experiments", "derived_experiments"):
+        data[section] = {k: v for k, v in data[section].items() if k in KEPT}
+    data["claims"] = [c for c in data["claims"] if c["experiment"] in KEPT]
+    (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _run(root: Path, *cmd: str) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 0, f"{' '.join(cmd)}:\n{res.stdout}\n{res.stderr}"
+    return res.stdout + res.stderr
+
+
+def snakemake_plan(root: Path) -> set[str]:
+    """The DVC stages of the rules `snakemake -n` would run (`all`, the default target, writes
+    nothing: it is no stage). Not `-n claims_report`: a target whose outputs are current
+    would hide an upstream output deleted since."""
+    out = _run(root, str(BIN / "snakemake"), "-n", "--cores", "1", "all")
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", out, flags=re.MULTILINE))
+    return {"claims" if r == BUILD else r for r in rules - {"all"}}
+
+
+def dvc_plan(root: Path) -> set[str]:
+    """The stages `dvc status` calls changed, closed under dvc.yaml's dependency edges."""
+    changed = set(json.loads(_run(root, str(BIN / "dvc"), "status", "--json")))
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    grew = True
+    while grew:
+        outs = {o for name in changed for o in stages[name]["outs"]}
+        downstream = {
+            name
+            for name, stage in stages.items()
+            if any(d == o or d.startswith(f"{o}/") for d in stage.get("deps", []) for o in outs)
+        }
+        grew = not downstream <= changed
+        changed |= downstream
+    return changed
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("staleness")
+    _project(root)
+    _run(root, sys.executable, "-m", "replicate.dvcfile")
+    _run(root, str(BIN / "dvc"), "init", "--no-scm", "--quiet")
+    out = _run(root, str(BIN / "snakemake"), "--cores", "2", BUILD)
+    assert "recorded 5 stage(s) in dvc.lock" in out
+    return root
+
+
+def _edit_yaml(key: str, change: Callable[[object], object]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        data = yaml.safe_load((root / "params.yaml").read_text())
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[last] = change(node[last])
+        (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    return edit
+
+
+def _edit_module(path: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with (root / path).open("a") as f:
+            f.write("\n# an edit\n")
+
+    return edit
+
+
+A = {"attn_markov_fig3", "attn_markov_table2", "attn_markov_theorems"}
+EVERYTHING = {*KEPT, "claims"}
+CI = "experiments.attn_markov_fig3.settings"
+EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
+    "nothing": (lambda root: None, set()),
+    "paper-scale setting": (_edit_yaml(f"{CI}.paper.training.steps", lambda v: v + 1), set()),
+    "ci setting": (
+        _edit_yaml(f"{CI}.ci.training.steps", lambda v: v + 1),
+        {"attn_markov_fig3", "attn_markov_table2", "claims"},
+    ),
+    "thread count": (_edit_yaml("runtime.threads", lambda v: v + 1), EVERYTHING),
+    "classification": (
+        _edit_yaml("classification.bigram_kappa_min", lambda v: v / 2),
+        {"attn_markov_fig3", "attn_markov_table2", "claims"},
+    ),
+    "a claim's tolerance": (_edit_yaml("claims.0.tolerance.ci", lambda v: v / 2), {"claims"}),
+    "paper A module": (_edit_module("replicate/experiments/attn_markov/common.py"), A | {"claims"}),
+    "hyperparameter tables": (
+        _edit_module("replicate/experiments/hyperparameter_tables.py"),
+        EVERYTHING,
+    ),
+    "claims code": (_edit_module("replicate/claims.py"), {"claims"}),
+    "a deleted provenance.json": (
+        lambda root: (root / "results/attn_markov/theorems/provenance.json").unlink(),
+        {"attn_markov_theorems", "claims"},
+    ),
+}
+
+
+@pytest.fixture
+def restoring(built: Path) -> Iterator[Path]:
+    """Yields the built project; afterwards every file is back, bytes and mtime."""
+    files = [p for p in built.rglob("*") if p.is_file() and p.suffix in {".py", ".yaml"}]
+    files += [p for p in (built / "results").rglob("*") if p.is_file()]
+    saved = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+    yield built
+    for path, (data, mtime) in saved.items():
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+            os.utime(path, ns=(mtime, mtime))
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_snakemake_and_dvc_agree(restoring: Path, edit: str) -> None:
+    change, expected = EDITS[edit]
+    change(restoring)
+    assert snakemake_plan(restoring) == expected
+    assert dvc_plan(restoring) == expected
