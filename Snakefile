@@ -40,8 +40,8 @@ localrules:
 
 def values_of(keys):
     """The params.yaml values a rule reads (a Snakemake re-run trigger; the same keys are the
-    DVC stage's params, replicate/dvcfile.py). A function, so that braces in the values
-    (claims' `{seed}` patterns) are not taken for wildcards."""
+    DVC stage's params, replicate/dvcfile.py). A function, so that braces in the values are
+    not taken for wildcards."""
     text = json.dumps({key: value_at(config, key) for key in keys}, sort_keys=True)
     return lambda wildcards: text
 
@@ -127,14 +127,15 @@ for group_name, names in sorted({**grouped("item"), **grouped("paper")}.items())
 
 rule claims_report:
     input:
+        # The whole file: the claims step validates every experiment at both scales and
+        # reports every claim (the DVC stage has it as a dep too, replicate/dvcfile.py).
+        "params.yaml",
         code_dependencies(None),
         outputs_of(EXPERIMENTS),
     output:
         report("results/claims.json", caption="report/claims.rst", category="claims"),
         report("results/REPORT.md", caption="report/claims.rst", category="claims"),
         [str(path) for path in verdict_summary_paths()],
-    params:
-        inputs=values_of(PARAMS.claims_input_keys()),
     log:
         "logs/claims_report.log",
     threads: 1

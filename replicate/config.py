@@ -426,19 +426,6 @@ class Params:
         settings = f"{self.section_of(name)}.{name}.settings.{at}"
         return ["scale", "runtime", settings, *self.experiment(name).reads]
 
-    def claims_input_keys(self) -> list[str]:
-        """The params.yaml keys the claims check and REPORT.md read (issue 11): the scale, the
-        claims, and each experiment's identity, title, source and outputs."""
-        keys = ["scale", "claims"]
-        for name in self.experiments:
-            section = self.section_of(name)
-            keys += [f"{section}.{name}.{field}" for field in REPORTED_ENTRY_FIELDS]
-        return keys
-
-
-REPORTED_ENTRY_FIELDS = ("paper", "item", "title", "source", "outputs")
-"""The fields of an experiment entry that claims and REPORT.md show."""
-
 
 def value_at(data: Mapping[str, Any], key: str) -> Any:
     """The value of a dotted key path (``experiments.x.settings.ci``) in params data."""

@@ -1,10 +1,13 @@
 """Write dvc.yaml from params.yaml: one DVC stage per Snakemake rule that writes results.
 
 Snakemake decides what is stale; DVC records and shares what Snakemake wrote (issue 11). For
-the two to agree, each stage's ``params`` are exactly the keys its rule reads at the active
-scale (`Params.input_keys`, `Params.claims_input_keys`; ``${scale}`` stays a DVC template
-variable, so switching scale needs no regeneration) and its ``deps`` are exactly the code the
-rule's Snakemake inputs list (`replicate.experiments.code_paths`). DVC's templating cannot
+the two to agree, each experiment stage's ``params`` are exactly the keys its rule reads at
+the active scale (`Params.input_keys`; ``${scale}`` stays a DVC template variable, so
+switching scale needs no regeneration) and its ``deps`` are exactly the code the rule's
+Snakemake inputs list (`replicate.experiments.code_paths`). The claims stage reads the whole
+of params.yaml (it validates every experiment at both scales and reports every claim), so
+params.yaml is one of its deps, hashed as a file: as params, the claims' values would make
+up most of dvc.lock (334 KB) and slow every DVC command. DVC's templating cannot
 make a list of keys conditional on an experiment (``reads``), hence a generated file;
 `tests/test_workflow_files.py` fails when the committed dvc.yaml differs from this output.
 
@@ -62,8 +65,11 @@ def stages(params: Params) -> dict[str, Any]:
         }
     out["claims"] = {
         "cmd": _snakemake("claims"),
-        "params": params.claims_input_keys(),
-        "deps": [*code_paths(None), *(str(e.directory) for e in params.experiments.values())],
+        "deps": [
+            "params.yaml",
+            *code_paths(None),
+            *(str(e.directory) for e in params.experiments.values()),
+        ],
         "outs": ["results/claims.json", "results/REPORT.md"],
         # Small, and tracked by git rather than the DVC cache, so that `dvc metrics diff`
         # compares verdict counts across commits.

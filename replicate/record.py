@@ -13,8 +13,6 @@ DVC records the stage itself and nothing is done here.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -65,13 +63,49 @@ def claims_current(params: Params, root: Path = Path(".")) -> bool:
 
 def record_in_dvc(params: Params, root: Path = Path(".")) -> list[str]:
     """`dvc commit` the current stages (none under `dvc repro`, or outside a DVC project)."""
-    dvc = shutil.which("dvc", path=str(Path(sys.executable).parent)) or shutil.which("dvc")
-    if "DVC_STAGE" in os.environ or not (root / ".dvc").is_dir() or dvc is None:
+    if "DVC_STAGE" in os.environ or not (root / ".dvc").is_dir():
         return []
     stages = current_experiments(params, root)
     if len(stages) == len(params.experiments) and claims_current(params, root):
         stages.append("claims")
     if stages:
-        subprocess.run([dvc, "commit", "--force", "--quiet", *stages], cwd=root, check=True)
+        _commit(root, stages, every=len(stages) == len(params.experiments) + 1)
         print(f"recorded {len(stages)} stage(s) in dvc.lock", file=sys.stderr)
     return stages
+
+
+def _commit(root: Path, stages: list[str], every: bool) -> None:
+    """`dvc commit --force` of ``stages`` (``every``: that is all of them, committed in one
+    call and one write of dvc.lock), in this process, parsing params.yaml once.
+
+    DVC parses params.yaml with ruamel's pure-Python loader for the templating of dvc.yaml
+    on every commit, and again for each stage's params: about a second each on this 2-core
+    machine, over a minute for the 39 stages, longer than most ci experiments. The file
+    cannot change during this call, so the parse is shared: DVC's loader (`load_path`, as
+    the params dependency and the templating context call it) is memoised by path,
+    modification time and size. dvc.lock comes out as `dvc commit --force` writes it
+    (tests/test_staleness.py compares it with `dvc status`).
+    """
+    from unittest import mock
+
+    import dvc.dependency.param as dvc_param
+    import dvc.utils.serialize as dvc_serialize
+    from dvc.repo import Repo
+
+    parsed: dict[tuple[str, int, int], object] = {}
+    load = dvc_serialize.load_path
+
+    def load_once(path: str, fs: object, **kwargs: object) -> object:
+        info = os.stat(path)
+        key = (os.path.abspath(path), info.st_mtime_ns, info.st_size)
+        if key not in parsed:
+            parsed[key] = load(path, fs, **kwargs)
+        return parsed[key]
+
+    with (
+        mock.patch.object(dvc_param, "load_path", load_once),
+        mock.patch.object(dvc_serialize, "load_path", load_once),
+        Repo(str(root)) as repo,
+    ):
+        for target in [None] if every else stages:  # None: all stages, one dvc.lock write
+            repo.commit(target, force=True)

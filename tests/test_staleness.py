@@ -120,7 +120,12 @@ EVERYTHING = {*KEPT, "claims"}
 CI = "experiments.attn_markov_fig3.settings"
 EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     "nothing": (lambda root: None, set()),
-    "paper-scale setting": (_edit_yaml(f"{CI}.paper.training.steps", lambda v: v + 1), set()),
+    # Experiments read their settings at the active scale only; the claims step reads the
+    # whole of params.yaml (it validates both scales).
+    "paper-scale setting": (
+        _edit_yaml(f"{CI}.paper.training.steps", lambda v: v + 1),
+        {"claims"},
+    ),
     "ci setting": (
         _edit_yaml(f"{CI}.ci.training.steps", lambda v: v + 1),
         {"attn_markov_fig3", "attn_markov_table2", "claims"},
