@@ -12,7 +12,7 @@ import sys
 from replicate.config import ConfigError, ResourceRequest, load_params, value_at
 from replicate.experiments import code_dependencies
 from replicate.claims import verdict_summary_paths
-from replicate.plan import expected_seconds, read_resources
+from replicate.plan import critical_path_seconds, expected_seconds, read_resources
 from replicate.record import record_in_dvc
 
 configfile: "params.yaml"
@@ -31,7 +31,10 @@ PY = f"{sys.executable} -m replicate --scale {SCALE}"
 # The cost plan's requests (`python -m replicate plan`, profiles/slurm/planned-<scale>.yaml)
 # stand in for cluster.resources where written; an experiment's own block still wins.
 PLANNED = read_resources(SCALE)
-EXPECTED_SECONDS = expected_seconds(SCALE, list(EXPERIMENTS))
+PRIORITY_SECONDS = critical_path_seconds(
+    expected_seconds(SCALE, list(EXPERIMENTS)),
+    {name: PARAMS.upstream_of(name) for name in EXPERIMENTS},
+)
 
 localrules:
     all,
@@ -98,10 +101,10 @@ for exp_name, exp in EXPERIMENTS.items():
         log:
             f"logs/{exp_name}.log",
         threads: THREADS
-        # Longest jobs first (issue 13), so that the last job to finish is a short one:
-        # seconds from the rule's last timing (logs/benchmarks/, written by `run`), else
-        # from the cost plan.
-        priority: round(EXPECTED_SECONDS[exp_name])
+        # Longest chains first (issue 13), so that the last job to finish is a short one:
+        # the rule's seconds plus its longest chain of derived rules, from each rule's last
+        # timing (logs/benchmarks/, written by `run`), else from the cost plan.
+        priority: round(PRIORITY_SECONDS[exp_name])
         resources:
             **PARAMS.resources(
                 exp_name, ResourceRequest(**PLANNED[exp_name]) if exp_name in PLANNED else None

@@ -243,3 +243,22 @@ def expected_seconds(scale: str, names: list[str], root: Path = Path(".")) -> di
         else:
             seconds[name] = float(planned.get(name, {}).get("seconds", 0.0))
     return seconds
+
+
+def critical_path_seconds(
+    seconds: dict[str, float], upstream: dict[str, str | None]
+) -> dict[str, float]:
+    """Per rule, its expected seconds plus the longest chain of derived rules downstream of
+    it: the time from its start to the end of everything that waits for it. Snakemake's
+    priorities from this start a short rule whose consumers are long (paper A's Fig. 3,
+    75 s, before Fig. 1, 160 s, which reads it) ahead of a longer rule nobody waits for, so
+    the last job to finish is a short one (issue 13: both cores busy until the end)."""
+    children: dict[str, list[str]] = {name: [] for name in seconds}
+    for name, parent in upstream.items():
+        if parent is not None:
+            children[parent].append(name)
+
+    def length(name: str) -> float:
+        return seconds[name] + max((length(child) for child in children[name]), default=0.0)
+
+    return {name: length(name) for name in seconds}

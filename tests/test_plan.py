@@ -86,3 +86,11 @@ def test_planned_requests_sit_between_the_default_and_the_experiments_own() -> N
     paper = load_params(only=[], scale="paper")
     got = paper.resources("attn_markov_table2", planned)
     assert got.runtime == own["paper"].runtime and got.mem_mb == own["paper"].mem_mb
+
+
+def test_critical_path_adds_the_longest_downstream_chain() -> None:
+    seconds = {"a": 75.0, "b": 160.0, "c": 120.0, "d": 10.0, "e": 30.0}
+    upstream = {"a": None, "b": "a", "c": None, "d": "a", "e": "d"}
+    length = plan.critical_path_seconds(seconds, upstream)
+    assert length == {"a": 235.0, "b": 160.0, "c": 120.0, "d": 40.0, "e": 30.0}
+    assert length["a"] > length["c"]  # the short rule others wait for starts first
