@@ -22,6 +22,7 @@ from lightning_modules import ChainMember, GPTConfig, NextTokenCE, OptimConfig
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.training import (
     AUTOCAST_DTYPES,
+    DeviceSettings,
     Precision,
     TrainingPlan,
     calibrating,
@@ -111,7 +112,7 @@ def bench_memory(cfg: GPTConfig, plan: TrainingPlan) -> None:
         needed = cuda_member_bytes(
             gpt_ensemble(cfg, [0]), NextTokenCE(), batch, AUTOCAST_DTYPES[precision]
         )
-        fit = members_that_fit(needed, free, 0.8)
+        fit = members_that_fit(needed, free, DeviceSettings.memory_fraction)
         print(
             f"  {precision:10s} {needed / 2**20:9.2f} MiB per member; {free / 2**30:.1f} of "
             f"{total / 2**30:.1f} GiB free: automatic chunks of {fit} members"

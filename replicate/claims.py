@@ -34,7 +34,7 @@ import numpy as np
 
 from replicate import io
 from replicate.config import SCALES, Claim, ExperimentEntry, MetricRef, Params, SeedAggregate
-from replicate.provenance import PROVENANCE_FILE, mismatches
+from replicate.provenance import PROVENANCE_FILE, differences
 
 CLAIMS_FILE = Path("results/claims.json")
 REPORT_FILE = Path("results/REPORT.md")
@@ -289,7 +289,7 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
                 f"the check runs at {params.scale!r}",
             )
             continue
-        differ = mismatches(name, params, root)
+        differ = differences(name, params, provenance)
         if differ:  # e.g. restored by `dvc checkout` from a commit with other settings
             loaded[name] = (None, "; ".join(differ) + f": rerun `{name}`")
             continue

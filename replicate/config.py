@@ -7,7 +7,6 @@ declared by the experiment registry (`replicate.experiments.REGISTRY`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
@@ -407,10 +406,6 @@ class Params:
     def checkpoint_every(self) -> int:
         """Steps between training checkpoints at the active scale (0: none)."""
         return self.raw.cluster.checkpoint_every[self.raw.scale]
-
-    def settings_json(self, name: str) -> str:
-        """Canonical JSON of one experiment's active settings (Snakemake re-run trigger)."""
-        return json.dumps(self.settings(name).model_dump(mode="json"), sort_keys=True)
 
     def section_of(self, name: str) -> str:
         """The params.yaml section that defines experiment ``name``."""

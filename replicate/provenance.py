@@ -54,6 +54,12 @@ def mismatches(name: str, params: Params, root: Path = Path(".")) -> list[str]:
         return [f"{name}: {path} cannot be read ({exc.__class__.__name__}: {exc})"]
     if not isinstance(recorded, dict):
         return [f"{name}: {path} does not hold a JSON object"]
+    return differences(name, params, recorded)
+
+
+def differences(name: str, params: Params, recorded: Mapping[str, Any]) -> list[str]:
+    """One message per key where a parsed provenance.json differs from params.yaml at the
+    active scale (see `mismatches`)."""
     want = _flatten(recorded_inputs(name, params), "")
     have = _flatten({k: recorded.get(k) for k in recorded_inputs(name, params)}, "")
     return [

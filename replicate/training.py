@@ -284,9 +284,9 @@ def _latest_checkpoint(folder: Path) -> Path | None:
 
 def configure_torch(
     threads: int,
-    precision: Precision = "32-true",
-    max_members_per_chunk: int | None = None,
-    memory_fraction: float = 0.8,
+    precision: Precision = DeviceSettings.precision,
+    max_members_per_chunk: int | None = DeviceSettings.max_members_per_chunk,
+    memory_fraction: float = DeviceSettings.memory_fraction,
 ) -> None:
     """Fix the CPU thread count (results are reproducible for a given device and count) and
     the trainings' `DeviceSettings` (the defaults: float32, chunks only where CUDA memory
