@@ -1,20 +1,26 @@
-"""GPU readiness (issue 13): per-model-step cost vs ensemble size, float32 vs bfloat16, and
-an ensemble trained in chunks of members vs in one piece, on the device present.
+"""GPU readiness (issue 13): per-model-step cost vs ensemble size, float32 vs bfloat16, an
+ensemble trained in chunks of members vs in one piece, and (on a CPU) one ensemble on T
+threads vs T processes training a T-th of its members each, on the device present.
 
 Printed, never asserted. On a CPU it measures the CPU (bf16 autocast runs there, through
 oneDNN, and is usually slower than float32); on a CUDA machine the same command measures
 the GPU and adds the measured bytes per member that automatic chunking uses
 (`replicate.chunking.cuda_member_bytes`) and the chunk size it would pick. Step times come
 from `replicate.training.calibrating`'s step timer (median step, warm-up step left out); a
-chunked training's step time is the sum over its chunks, which train one after the other.
+chunked training's step time is the sum over its chunks, which train one after the other;
+chunks in parallel processes take the slowest process's step time.
 
     python benchmarks/gpu_readiness.py [--sizes 1 4 16] [--steps 10] [--chunk 4]
-        [--seq-len 256] [--n-embd 4] [--threads 1]
+        [--seq-len 256] [--n-embd 4] [--threads 1] [--processes 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -97,6 +103,27 @@ def bench_chunks(cfg: GPTConfig, plan: TrainingPlan, args: argparse.Namespace) -
     )
 
 
+def bench_processes(cfg: GPTConfig, plan: TrainingPlan, args: argparse.Namespace) -> None:
+    """One ensemble of E members on T threads vs T concurrent processes of E/T members on
+    one thread each (the ensemble split into per-core chunks)."""
+    e, t = max(args.sizes), args.processes
+    one_thread = step_seconds(cfg, e, plan, args.steps, 1, "32-true", None)
+    threaded = step_seconds(cfg, e, plan, args.steps, t, "32-true", None)
+    command = [
+        sys.executable, __file__, "--worker", str(e // t), "--steps", str(args.steps),
+        "--seq-len", str(args.seq_len), "--n-embd", str(args.n_embd),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    workers = [subprocess.Popen(command, stdout=subprocess.PIPE, env=env) for _ in range(t)]
+    split = max(json.loads(w.communicate()[0])["step_seconds"] for w in workers)
+    print(
+        f"E={e}: one process on 1 thread {one_thread * 1e3:.1f} ms per step, on {t} threads "
+        f"{threaded * 1e3:.1f} ms, {t} processes of {e // t} members on 1 thread each "
+        f"{split * 1e3:.1f} ms (speed-up over 1 thread: {t} threads {one_thread / threaded:.2f}x, "
+        f"{t} processes {one_thread / split:.2f}x)"
+    )
+
+
 def bench_memory(cfg: GPTConfig, plan: TrainingPlan) -> None:
     """Measured CUDA bytes per member and the chunk size automatic chunking picks."""
     from lightning_modules import member_generator
@@ -131,13 +158,23 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--n-embd", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--processes", type=int, default=2, help="threads / processes of the split (CPU only)"
+    )
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     cfg = GPTConfig(vocab_size=2, n_embd=args.n_embd, n_layer=1, n_head=1, block_size=args.seq_len)
     plan = TrainingPlan(
         args.steps, 16, args.seq_len, eval_every=args.steps, test_sequences=64, test_seed=0
     )
+    if args.worker is not None:  # one process of `bench_processes`
+        seconds = step_seconds(cfg, args.worker, plan, args.steps, 1, "32-true", None)
+        print(json.dumps({"step_seconds": seconds}))
+        return
     bench_precision(cfg, plan, args)
     bench_chunks(cfg, plan, args)
+    if not torch.cuda.is_available():
+        bench_processes(cfg, plan, args)
     if torch.cuda.is_available():
         print("measured training-step memory per member (automatic chunking):")
         bench_memory(cfg, plan)

@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--root", type=Path, required=True, help="scratch folder")
     calibrate.add_argument("--steps", type=int, required=True)
     calibrate.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    calibrate.add_argument(
+        "--partial", type=Path, help="JSON-lines file: each training's cost once measured"
+    )
     return parser
 
 
@@ -178,7 +181,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         params = load_params(args.params, scale=args.scale, only=[args.experiment])
         params.experiment(args.experiment)
-        args.out.write_text(json.dumps(calibrate(args.experiment, params, args.root, args.steps)))
+        cost = calibrate(args.experiment, params, args.root, args.steps, args.partial)
+        args.out.write_text(json.dumps(cost))
         return 0
     if args.command == "plan":
         return _plan(args)

@@ -25,10 +25,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from replicate.config import Params, ResourceRequest
+
+if TYPE_CHECKING:
+    from replicate.training import TrainingCost
 
 CALIBRATION_STEPS = 8
 """Training steps per `train_ensemble` call in a calibration run (the first is warm-up)."""
@@ -86,17 +90,30 @@ class ExperimentCost:
         return ResourceRequest(mem_mb=mem_mb, runtime=runtime)
 
 
-def calibrate(name: str, params: Params, root: Path, steps: int = CALIBRATION_STEPS) -> dict:
+def calibrate(
+    name: str,
+    params: Params,
+    root: Path,
+    steps: int = CALIBRATION_STEPS,
+    partial: Path | None = None,
+) -> dict:
     """Run experiment ``name`` under ``root`` with every training cut to ``steps`` steps;
-    return its `ExperimentCost` fields (called in a child process by `plan`)."""
+    return its `ExperimentCost` fields (called in a child process by `plan`). Each training's
+    cost is also appended to ``partial`` (one JSON line) as soon as it is measured, so a
+    calibration stopped by `plan`'s timeout still reports the trainings it got through."""
     import torch
 
     from replicate.experiments import run_experiment
     from replicate.training import calibrating
 
+    def append(cost: TrainingCost) -> None:
+        if partial is not None:
+            with partial.open("a") as lines:
+                lines.write(json.dumps(_training_fields(cost)) + "\n")
+
     started = time.perf_counter()
     status = "ok"
-    with calibrating(steps) as costs:
+    with calibrating(steps, on_cost=append) as costs:
         try:
             run_experiment(name, params, root=root, progress=False)
         except Exception as exc:
@@ -108,7 +125,7 @@ def calibrate(name: str, params: Params, root: Path, steps: int = CALIBRATION_ST
     if torch.cuda.is_available():
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
         device = "cuda"
-    trainings = [{**asdict(c), "seconds": c.seconds} for c in costs]
+    trainings = [_training_fields(c) for c in costs]
     return asdict(
         ExperimentCost(
             name=name,
@@ -119,6 +136,32 @@ def calibrate(name: str, params: Params, root: Path, steps: int = CALIBRATION_ST
             device=device,
             threads=params.raw.runtime.threads,
         )
+    )
+
+
+def _training_fields(cost: TrainingCost) -> dict:
+    return {**asdict(cost), "seconds": cost.seconds}
+
+
+def timed_out(name: str, partial: Path, timeout: float, threads: int) -> ExperimentCost:
+    """The cost of a calibration stopped after ``timeout`` seconds: the trainings it had
+    measured (``partial``, written by `calibrate`) and the rest of the time as other work.
+    The trainings it had not reached are missing, so the estimate is a lower bound."""
+    lines = partial.read_text().splitlines() if partial.exists() else []
+    trainings = []
+    for line in lines:
+        try:
+            trainings.append(json.loads(line))
+        except json.JSONDecodeError:  # the last line, cut by the kill
+            break
+    measured = sum(t["calibration_seconds"] for t in trainings)
+    return ExperimentCost(
+        name=name,
+        status="timeout",
+        trainings=trainings,
+        other_seconds=max(0.0, timeout - measured),
+        device=trainings[0]["device"] if trainings else "cpu",
+        threads=threads,
     )
 
 
@@ -140,6 +183,7 @@ def plan(
     with tempfile.TemporaryDirectory(prefix="replicate-plan-") as scratch:
         for name in chosen:
             out = Path(scratch) / f"{name}.json"
+            partial = out.with_suffix(".partial.jsonl")
             command = [
                 sys.executable,
                 "-m",
@@ -156,11 +200,13 @@ def plan(
                 str(steps),
                 "--out",
                 str(out),
+                "--partial",
+                str(partial),
             ]
             try:
                 subprocess.run(command, env=env, timeout=timeout, check=False, capture_output=True)
             except subprocess.TimeoutExpired:
-                results.append(ExperimentCost(name=name, status="timeout", other_seconds=timeout))
+                results.append(timed_out(name, partial, timeout, params.raw.runtime.threads))
                 continue
             if out.exists():
                 results.append(ExperimentCost(**json.loads(out.read_text())))

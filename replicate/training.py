@@ -235,20 +235,28 @@ class TrainingCost:
 @dataclass
 class _Calibration:
     steps: int
+    on_cost: Callable[[TrainingCost], None] | None = None
     costs: list[TrainingCost] = field(default_factory=list)
+
+    def record(self, cost: TrainingCost) -> None:
+        self.costs.append(cost)
+        if self.on_cost is not None:
+            self.on_cost(cost)
 
 
 _CALIBRATION: _Calibration | None = None
 
 
 @contextmanager
-def calibrating(steps: int) -> Iterator[list[TrainingCost]]:
+def calibrating(
+    steps: int, on_cost: Callable[[TrainingCost], None] | None = None
+) -> Iterator[list[TrainingCost]]:
     """Inside this block every `train_ensemble` call trains only ``steps`` steps (at least
     4), evaluating at the first and the last, and appends its `TrainingCost` to the list
-    yielded; what the experiment computes from such trainings is meaningless (issue 13: the
-    cost plan, `replicate.plan`)."""
+    yielded (and hands it to ``on_cost`` as soon as it is measured); what the experiment
+    computes from such trainings is meaningless (issue 13: the cost plan, `replicate.plan`)."""
     global _CALIBRATION
-    previous, _CALIBRATION = _CALIBRATION, _Calibration(max(4, steps))
+    previous, _CALIBRATION = _CALIBRATION, _Calibration(max(4, steps), on_cost)
     try:
         yield _CALIBRATION.costs
     finally:
@@ -520,7 +528,7 @@ def _train(
     if folder is not None:
         _keep_final_checkpoint(trainer, folder, plan.steps)
     if calibration is not None and timer is not None:
-        calibration.costs.append(
+        calibration.record(
             TrainingCost(
                 label=label,
                 members=len(members),

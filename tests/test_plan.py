@@ -12,6 +12,7 @@ from lightning_modules import ChainMember, GPTConfig, OptimConfig
 from replicate import plan
 from replicate.config import ResourceRequest, load_params
 from replicate.markov import binary_kernel
+from replicate.plan import ExperimentCost
 from replicate.training import TrainingPlan, calibrating, gpt_ensemble, train_ensemble
 
 from .conftest import TINY_TRAINING, shrink
@@ -71,6 +72,29 @@ def test_plan_on_a_tiny_scale(tmp_path: Path, params_dict: dict) -> None:
     assert fig3.request().mem_mb >= fig3.peak_mb * plan.MEMORY_MARGIN
     expected = plan.expected_seconds("ci", ["attn_markov_fig3"], root=tmp_path)
     assert expected["attn_markov_fig3"] == round(fig3.seconds, 1)
+
+
+def test_a_timed_out_calibration_keeps_the_trainings_it_measured(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """`calibrate` appends each training's cost as soon as it is measured; `timed_out` reads
+    them back (a line cut by the kill is dropped), so a rule stopped by the timeout reports
+    a lower bound instead of nothing."""
+    path = _tiny_params(tmp_path, params_dict)
+    params = load_params(path, scale="ci")
+    partial = tmp_path / "fig3.partial.jsonl"
+    finished = plan.calibrate("attn_markov_fig3", params, tmp_path / "run", 4, partial)
+    assert len(finished["trainings"]) == 2  # tied and untied
+    with partial.open("a") as lines:
+        lines.write('{"label": "cut by the ki')
+    stopped = plan.timed_out("attn_markov_fig3", partial, timeout=500.0, threads=1)
+    assert stopped.status == "timeout"
+    assert stopped.trainings == finished["trainings"]
+    measured = sum(t["calibration_seconds"] for t in finished["trainings"])
+    assert stopped.other_seconds == 500.0 - measured
+    assert stopped.model_steps == ExperimentCost(**finished).model_steps
+    nothing = plan.plan(params, path, names=["attn_markov_fig3"], steps=4, timeout=0.01)
+    assert [(c.status, c.trainings, c.other_seconds) for c in nothing] == [("timeout", [], 0.01)]
 
 
 def test_planned_requests_sit_between_the_default_and_the_experiments_own() -> None:
