@@ -33,8 +33,17 @@ from typing import Any, get_args
 import numpy as np
 
 from replicate import io
-from replicate.config import SCALES, Claim, ExperimentEntry, MetricRef, Params, SeedAggregate
-from replicate.provenance import PROVENANCE_FILE, differences
+from replicate.config import (
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    SCALES,
+    Claim,
+    ExperimentEntry,
+    MetricRef,
+    Params,
+    SeedAggregate,
+)
+from replicate.provenance import differences
 
 CLAIMS_FILE = Path("results/claims.json")
 REPORT_FILE = Path("results/REPORT.md")
@@ -42,7 +51,6 @@ VERDICTS_DIR = Path("results/verdicts")
 """One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
 PAPERS: tuple[str, ...] = get_args(ExperimentEntry.model_fields["paper"].annotation)
 VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
-METRICS_FILE = "metrics.json"
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
 """Fixed, so that the interval and hence the verdict are deterministic."""
@@ -124,45 +132,6 @@ def interval_verdict(
     return "inconclusive"
 
 
-class MalformedFile(ValueError):
-    """An output file that exists but cannot be used; the message names the file."""
-
-
-_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number"}
-
-
-def read_json_object(path: Path, shown: Path | None = None) -> dict[str, Any]:
-    """The JSON object in ``path``.
-
-    Raises FileNotFoundError when it is absent, else `MalformedFile` (one line naming
-    ``shown``, default ``path``) when it cannot be read, is not valid JSON or holds no
-    object. Python's json also reads the non-standard tokens NaN and ±Infinity; such values
-    are judged per metric (`metric_value`).
-    """
-    name = shown or path
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise
-    except UnicodeDecodeError as exc:
-        raise MalformedFile(f"{name}: not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise MalformedFile(f"{name}: cannot be read ({exc.strerror})") from exc
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        where = (
-            f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            if isinstance(exc, json.JSONDecodeError)
-            else "nested too deeply"
-        )
-        raise MalformedFile(f"{name}: not valid JSON ({where})") from exc
-    if not isinstance(data, dict):
-        kind = _JSON_TYPES.get(type(data), "null" if data is None else "a boolean")
-        raise MalformedFile(f"{name}: not a JSON object (it holds {kind})")
-    return data
-
-
 def _describe(value: Any) -> str:
     """What a metric value that is not a finite number is, for a note."""
     if value is None:
@@ -175,7 +144,7 @@ def _describe(value: Any) -> str:
         return "an integer too large for a float"
     if isinstance(value, str):
         return f"a string ({value[:40]!r})"
-    return _JSON_TYPES.get(type(value), "an object")
+    return io.JSON_TYPE_NAMES.get(type(value), "an object")
 
 
 def metric_value(metrics: dict[str, Any], key: str) -> tuple[float | None, str]:
@@ -272,13 +241,13 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
         metrics_file = entry.directory / METRICS_FILE
         provenance_file = entry.directory / PROVENANCE_FILE
         try:
-            metrics = read_json_object(root / metrics_file, metrics_file)
-            provenance = read_json_object(root / provenance_file, provenance_file)
+            metrics = io.read_json_object(root / metrics_file, metrics_file)
+            provenance = io.read_json_object(root / provenance_file, provenance_file)
         except FileNotFoundError as exc:
             missing = entry.directory / Path(str(exc.filename)).name
             loaded[name] = (None, f"{missing} not found: run `{name}` first")
             continue
-        except MalformedFile as exc:
+        except io.MalformedFile as exc:
             errors.append(str(exc))
             loaded[name] = (None, f"{exc}: rerun `{name}`")
             continue
@@ -447,11 +416,11 @@ def write_claims(records: list[ClaimRecord], params: Params, root: Path = Path("
 
 def load_records(root: Path = Path(".")) -> list[ClaimRecord]:
     """The records stored in claims.json: FileNotFoundError when it is absent, else
-    `MalformedFile` when it holds no list of claim records."""
+    `io.MalformedFile` when it holds no list of claim records."""
     try:
         data = json.loads((root / CLAIMS_FILE).read_text())
         return [ClaimRecord(**row) for row in data]
     except FileNotFoundError:
         raise
     except (OSError, ValueError, TypeError) as exc:
-        raise MalformedFile(f"{CLAIMS_FILE}: not a list of claim records ({exc})") from exc
+        raise io.MalformedFile(f"{CLAIMS_FILE}: not a list of claim records ({exc})") from exc

@@ -187,7 +187,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "plan":
         return _plan(args)
 
-    from replicate import claims
+    from replicate import claims, io
 
     params = load_params(args.params, scale=args.scale)
     if args.command == "check":
@@ -202,7 +202,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        except claims.MalformedFile as exc:
+        except io.MalformedFile as exc:
             print(f"error: {exc}; rebuild it with `python -m replicate claims`", file=sys.stderr)
             return 1
         records, errors = claims.evaluate_with_errors(params)

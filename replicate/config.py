@@ -229,6 +229,12 @@ class Cluster(Strict):
 
 
 # ----------------------------------------------------------------------------- experiments
+METRICS_FILE = "metrics.json"
+PROVENANCE_FILE = "provenance.json"
+ALWAYS_WRITTEN = (METRICS_FILE, PROVENANCE_FILE)
+"""Written by every experiment into its folder besides the outputs params.yaml lists."""
+
+
 class CurvePlot(Strict):
     """Columns of an output CSV drawn by `dvc plots show`, one line per run (dvc.yaml's
     ``plots``, template ``.dvc/plots/runs.json``)."""
@@ -258,7 +264,7 @@ class ExperimentEntry(Strict):
 
     @model_validator(mode="after")
     def _outputs_and_scales(self) -> ExperimentEntry:
-        written = sorted({"metrics.json", "provenance.json"} & set(self.outputs))
+        written = sorted(set(ALWAYS_WRITTEN) & set(self.outputs))
         if written:
             raise ValueError(f"{written[0]} is always written; do not list it in outputs")
         for curve in self.curves:
@@ -275,8 +281,7 @@ class ExperimentEntry(Strict):
 
     @property
     def output_paths(self) -> list[Path]:
-        always = ("metrics.json", "provenance.json")
-        return [*(self.directory / o for o in always), *(self.directory / o for o in self.outputs)]
+        return [self.directory / o for o in (*ALWAYS_WRITTEN, *self.outputs)]
 
 
 class Classification(Strict):

@@ -1,5 +1,8 @@
 """Atomic writers: a file is either the old version or the complete new one, never half.
 
+`read_json_object` is the one reader of the harness's JSON-object files (metrics.json,
+provenance.json): one error line naming the file for anything unusable.
+
 A writer first writes a temporary file next to its target, named ``TEMP_PREFIX`` +
 ``<name>.<random><suffix>``, and renames it over the target. A process killed in between
 leaves that temporary file behind; `remove_stale_temps` deletes such leftovers (each
@@ -110,3 +113,42 @@ def save_figure(fig: Figure, path: Path) -> None:
     """Save a figure; PDFs carry no creation date so the bytes depend on the data only."""
     metadata = {"CreationDate": None} if path.suffix == ".pdf" else {"Software": None}
     _atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix[1:], metadata=metadata))
+
+
+class MalformedFile(ValueError):
+    """An output file that exists but cannot be used; the message names the file."""
+
+
+JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number"}
+
+
+def read_json_object(path: Path, shown: Path | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises FileNotFoundError when it is absent, else `MalformedFile` (one line naming
+    ``shown``, default ``path``) when it cannot be read, is not valid JSON or holds no
+    object. Python's json also reads the non-standard tokens NaN and ±Infinity; such values
+    are judged per metric (`metric_value`).
+    """
+    name = shown or path
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise MalformedFile(f"{name}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise MalformedFile(f"{name}: cannot be read ({exc.strerror})") from exc
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = (
+            f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deeply"
+        )
+        raise MalformedFile(f"{name}: not valid JSON ({where})") from exc
+    if not isinstance(data, dict):
+        kind = JSON_TYPE_NAMES.get(type(data), "null" if data is None else "a boolean")
+        raise MalformedFile(f"{name}: not a JSON object (it holds {kind})")
+    return data

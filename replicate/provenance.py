@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from replicate.config import Params
-
-PROVENANCE_FILE = "provenance.json"
+from replicate import io
+from replicate.config import PROVENANCE_FILE, Params
 
 
 def recorded_inputs(name: str, params: Params) -> dict[str, Any]:
@@ -49,19 +48,20 @@ def mismatches(name: str, params: Params, root: Path = Path(".")) -> list[str]:
     provenance.json is one message too."""
     path = root / params.experiment(name).directory / PROVENANCE_FILE
     try:
-        recorded = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return [f"{name}: {path} cannot be read ({exc.__class__.__name__}: {exc})"]
-    if not isinstance(recorded, dict):
-        return [f"{name}: {path} does not hold a JSON object"]
+        recorded = io.read_json_object(path)
+    except FileNotFoundError:
+        return [f"{name}: {path} cannot be read (it is missing)"]
+    except io.MalformedFile as exc:
+        return [f"{name}: provenance cannot be read: {exc}"]
     return differences(name, params, recorded)
 
 
 def differences(name: str, params: Params, recorded: Mapping[str, Any]) -> list[str]:
     """One message per key where a parsed provenance.json differs from params.yaml at the
     active scale (see `mismatches`)."""
-    want = _flatten(recorded_inputs(name, params), "")
-    have = _flatten({k: recorded.get(k) for k in recorded_inputs(name, params)}, "")
+    inputs = recorded_inputs(name, params)
+    want = _flatten(inputs, "")
+    have = _flatten({k: recorded.get(k) for k in inputs}, "")
     return [
         f"{name}: outputs were produced with {key} = {json.dumps(have.get(key))}, "
         f"params.yaml ({params.scale} scale) has {json.dumps(want.get(key))}"

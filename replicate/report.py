@@ -7,15 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from replicate.claims import (
-    METRICS_FILE,
-    PROVENANCE_FILE,
-    VERDICTS,
-    ClaimRecord,
-    MalformedFile,
-    read_json_object,
-)
-from replicate.config import Params
+from replicate import io
+from replicate.claims import VERDICTS, ClaimRecord
+from replicate.config import METRICS_FILE, PROVENANCE_FILE, Params
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -134,8 +128,8 @@ def _read(path: Path) -> dict[str, Any] | None:
     """An output file's JSON object, or None when it is absent or malformed (the claims'
     notes name the file and the fault)."""
     try:
-        return read_json_object(path)
-    except (FileNotFoundError, MalformedFile):
+        return io.read_json_object(path)
+    except (FileNotFoundError, io.MalformedFile):
         return None
 
 

@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel
 
 from replicate import io
-from replicate.config import Classification, ExperimentEntry, Params
-from replicate.provenance import PROVENANCE_FILE, recorded_inputs
+from replicate.config import METRICS_FILE, PROVENANCE_FILE, Classification, ExperimentEntry, Params
+from replicate.provenance import recorded_inputs
 from replicate.training import checkpointing, configure_torch
 
 Metrics = dict[str, float]
@@ -144,7 +144,7 @@ def run_experiment(
             f"{name} declares reads: {sorted(entry.reads)} in params.yaml but read "
             f"{sorted(ctx.read)}"
         )
-    io.write_json(ctx.out_dir / "metrics.json", metrics)
+    io.write_json(ctx.out_dir / METRICS_FILE, metrics)
     io.write_json(ctx.out_dir / PROVENANCE_FILE, provenance(name, params))
     shutil.rmtree(checkpoints, ignore_errors=True)  # the outputs are complete
     # For the person at the terminal (and the rule's log); Snakemake's benchmark file is

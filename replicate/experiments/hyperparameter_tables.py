@@ -32,7 +32,7 @@ import torch
 from pydantic import BaseModel
 
 from lightning_modules import EnsembleGPT, GPTConfig
-from replicate.config import ModelSettings, OptimSettings, TrainingSettings
+from replicate.config import PROVENANCE_FILE, ModelSettings, OptimSettings, TrainingSettings
 from replicate.experiments.base import Metrics, RunContext
 from replicate.training import gpt_ensemble
 
@@ -229,7 +229,7 @@ REPETITIONS: Table2Row[Any] = Table2Row(
 
 def upstream_settings(ctx: RunContext, model: type[M]) -> M:
     """The resolved settings the upstream experiment recorded in provenance.json, as ``model``."""
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "provenance.json"
+    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / PROVENANCE_FILE
     return model.model_validate(json.loads(path.read_text())["settings"])
 
 

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from replicate import analysis, plotting
 from replicate.config import (
+    METRICS_FILE,
     BinaryChainSettings,
     ModelSettings,
     OpenUnit,
@@ -223,7 +224,7 @@ def reused_runs(s: Fig1Settings, ctx: RunContext) -> list[FittedRun]:
     """The `REUSED` runs rebuilt from the upstream Fig. 3's metrics.json and curves.csv."""
     _check_reusable(s, hp.upstream_settings(ctx, Fig3Settings))
     directory = Path(ctx.out_dir).parent / str(ctx.entry.upstream)
-    metrics = json.loads((directory / "metrics.json").read_text())
+    metrics = json.loads((directory / METRICS_FILE).read_text())
     curves = pd.read_csv(directory / "curves.csv")
     tying = "tied" if s.tied else "untied"
     runs = []
