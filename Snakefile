@@ -9,9 +9,12 @@
 import json
 import sys
 
-from replicate.config import ConfigError, ResourceRequest, load_params, value_at
+from replicate.claim_files import load_claims
+from replicate.claims import input_files
+from replicate.config import load_params
 from replicate.experiments import code_dependencies
-from replicate.claims import verdict_summary_paths
+from replicate.params import ConfigError, ResourceRequest, value_at
+from replicate.verdicts import verdict_summary_paths
 from replicate.plan import critical_path_seconds, expected_seconds, read_resources
 from replicate.record import record_in_dvc
 
@@ -21,6 +24,7 @@ report: "report/workflow.rst"
 
 try:
     PARAMS = load_params(config)
+    CLAIMS = load_claims(PARAMS)
 except ConfigError as exc:
     sys.exit(f"error: {exc}")
 
@@ -53,9 +57,26 @@ def outputs_of(names):
     return [str(path) for name in names for path in EXPERIMENTS[name].output_paths]
 
 
+# Snakemake renders a caption with the workflow's config alone: the claims the captions list
+# (report/experiment.rst) are added to it, per experiment, as the report shows them.
+config["report_claims"] = {
+    name: [
+        {
+            "id": c.id,
+            "source": c.source,
+            "statement": c.statement,
+            "expected": c.expected[SCALE].verdict,
+        }
+        for c in CLAIMS.claims
+        if c.experiment == name
+    ]
+    for name in EXPERIMENTS
+}
+
+
 def for_report(name, path):
     """Figures (or, for a table without one, its CSVs) go into Snakemake's report, with the
-    caption report/experiment.rst renders from params.yaml (title, source, claims)."""
+    caption report/experiment.rst renders (title, source, the claims checked on it)."""
     entry = EXPERIMENTS[name]
     shown = ".png" if any(o.endswith(".png") for o in entry.outputs) else ".csv"
     if not str(path).endswith(shown):
@@ -130,9 +151,9 @@ for group_name, names in sorted({**grouped("item"), **grouped("paper")}.items())
 
 rule claims_report:
     input:
-        # The whole file: the claims step validates every experiment at both scales and
-        # reports every claim (the DVC stage has it as a dep too, replicate/dvcfile.py).
-        "params.yaml",
+        # params.yaml whole (the claims step validates every experiment at both scales) and
+        # the claims files (the DVC stage has them as deps too, replicate/dvcfile.py).
+        [str(path) for path in input_files(PARAMS, CLAIMS)],
         code_dependencies(None),
         outputs_of(EXPERIMENTS),
     output:

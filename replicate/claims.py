@@ -1,4 +1,5 @@
-"""Evaluate every claim of params.yaml against the measured metrics; render the report.
+"""Evaluate every claim (`replicate.claim_files`) against the measured metrics; write the
+verdicts (claims.json), the report and the per-paper tallies.
 
 A claim's verdict is ``holds`` or ``does-not-reproduce`` from its comparison, or
 ``missing`` when the metric (or its experiment's output) is absent, is not a finite number
@@ -26,73 +27,29 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 
-from replicate import io
-from replicate.config import (
-    METRICS_FILE,
-    PROVENANCE_FILE,
-    SCALES,
-    Claim,
-    ExperimentEntry,
-    MetricRef,
-    Params,
-    SeedAggregate,
-)
+from replicate import io, report
+from replicate.claim_files import Claim, ClaimSet, MetricRef, SeedAggregate, load_claims
+from replicate.params import METRICS_FILE, PAPERS, PROVENANCE_FILE, SCALES, Params
 from replicate.provenance import differences
+from replicate.verdicts import (
+    CLAIMS_FILE,
+    REPORT_FILE,
+    VERDICTS_DIR,
+    ClaimRecord,
+    verdict_summary,
+    verdict_summary_paths,
+)
 
-CLAIMS_FILE = Path("results/claims.json")
-REPORT_FILE = Path("results/REPORT.md")
-VERDICTS_DIR = Path("results/verdicts")
-"""One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
-PAPERS: tuple[str, ...] = get_args(ExperimentEntry.model_fields["paper"].annotation)
-VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
 """Fixed, so that the interval and hence the verdict are deterministic."""
 INTERVAL_PERCENTILES = (2.5, 97.5)
 """A 95 % percentile interval over the seed-bootstrap resamples."""
-
-
-@dataclass
-class ClaimRecord:
-    id: str
-    paper: str
-    experiment: str
-    figure: str
-    statement: str
-    metric: str
-    comparison: str
-    measured: float | None
-    reference: float | None
-    tolerance: float
-    scale: str
-    verdict: str
-    expected: str
-    expected_reason: str | None
-    expected_basis: str
-    matches_expectation: bool
-    provenance: str
-    source: str
-    reference_source: str
-    note: str
-    expected_measured: float | None = None
-    expected_commit: str | None = None
-    other_scale: str = ""
-    other_expected: str = ""
-    other_expected_reason: str | None = None
-    seed_values: dict[str, float] = field(default_factory=dict)
-    seed_verdicts: dict[str, str] = field(default_factory=dict)
-    interval: list[float] | None = None
-    point_verdict: str = ""
-    """The verdict of the measured value alone (before the seed-bootstrap interval)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def compare(measured: float, reference: float, comparison: str, tolerance: float) -> bool:
@@ -293,10 +250,11 @@ def _seed_evidence(
 
 
 def evaluate_claim(
-    claim: Claim, params: Params, metrics: dict[str, Any] | None, note: str
+    claim: Claim, claimset: ClaimSet, params: Params, metrics: dict[str, Any] | None, note: str
 ) -> ClaimRecord:
     scale = params.scale
     expectation = claim.expected[scale]  # type: ignore[index]
+    recording = claimset.recording(claim.id, scale)
     other_scale = next(s for s in SCALES if s != scale)
     other = claim.expected[other_scale]  # type: ignore[index]
     tolerance = getattr(claim.tolerance, scale)
@@ -343,14 +301,14 @@ def evaluate_claim(
         verdict=verdict,
         expected=expectation.verdict,
         expected_reason=expectation.reason,
-        expected_basis=expectation.basis,
+        expected_basis=claimset.basis(claim, scale),
         matches_expectation=verdict == expectation.verdict,
         provenance=claim.provenance,
         source=claim.source,
         reference_source=claim.reference_source,
         note=" ".join(n for n in (claim.note or "", note) if n),
-        expected_measured=expectation.measured,
-        expected_commit=expectation.commit,
+        expected_measured=None if recording is None else recording.measured,
+        expected_commit=None if recording is None else recording.commit,
         other_scale=other_scale,
         other_expected=other.verdict,
         other_expected_reason=other.reason,
@@ -362,46 +320,35 @@ def evaluate_claim(
 
 
 def evaluate_with_errors(
-    params: Params, root: Path = Path(".")
+    params: Params, root: Path = Path("."), claimset: ClaimSet | None = None
 ) -> tuple[list[ClaimRecord], list[str]]:
-    """Every claim's record, and one line per malformed output file (its claims are
-    ``missing``; see the module docstring)."""
+    """Every claim's record (``claimset``, by default the claims files of ``params``), and
+    one line per malformed output file (its claims are ``missing``; see the module
+    docstring)."""
+    claimset = claimset or load_claims(params)
     outputs, errors = _load_outputs(params, root)
-    return [evaluate_claim(c, params, *outputs[c.experiment]) for c in params.claims], errors
+    records = [evaluate_claim(c, claimset, params, *outputs[c.experiment]) for c in claimset.claims]
+    return records, errors
 
 
-def evaluate(params: Params, root: Path = Path(".")) -> list[ClaimRecord]:
-    return evaluate_with_errors(params, root)[0]
+def evaluate(
+    params: Params, root: Path = Path("."), claimset: ClaimSet | None = None
+) -> list[ClaimRecord]:
+    return evaluate_with_errors(params, root, claimset)[0]
 
 
-def unexpected(records: list[ClaimRecord]) -> list[ClaimRecord]:
-    return [r for r in records if not r.matches_expectation]
-
-
-def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:
-    """The per-paper verdict summaries `write_claims` writes, one per paper, always all."""
-    return [root / VERDICTS_DIR / f"{paper}.json" for paper in PAPERS]
-
-
-def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
-    """Counts of one paper's claims, the same keys for every paper: ``claims``, one per
-    verdict (``does_not_reproduce`` for does-not-reproduce) and ``unexpected``."""
-    recs = [r for r in records if r.paper == paper]
-    return {
-        "claims": len(recs),
-        **{v.replace("-", "_"): sum(r.verdict == v for r in recs) for v in VERDICTS},
-        "unexpected": sum(not r.matches_expectation for r in recs),
-    }
+def input_files(params: Params, claimset: ClaimSet) -> list[Path]:
+    """The files the claims step reads besides its code and the experiments' outputs:
+    params.yaml (it validates every experiment at both scales) and the claims files."""
+    return [params.file, *claimset.files]
 
 
 def write_claims(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> None:
     """Write claims.json, REPORT.md and the per-paper verdict summaries. All are rendered
     before the first is written, and each is replaced atomically, so a failure leaves the
     previous files as they were; temporary files a killed earlier run left are removed."""
-    from replicate.report import render_report
-
     rows = [r.to_json() for r in records]
-    report = render_report(records, params, root)
+    rendered = report.render_report(records, params, root)
     summaries = {
         path: verdict_summary(records, paper)
         for path, paper in zip(verdict_summary_paths(root), PAPERS, strict=True)
@@ -411,16 +358,4 @@ def write_claims(records: list[ClaimRecord], params: Params, root: Path = Path("
     io.write_json(root / CLAIMS_FILE, rows)
     for path, summary in summaries.items():
         io.write_json(path, summary)
-    io.write_text(root / REPORT_FILE, report)
-
-
-def load_records(root: Path = Path(".")) -> list[ClaimRecord]:
-    """The records stored in claims.json: FileNotFoundError when it is absent, else
-    `io.MalformedFile` when it holds no list of claim records."""
-    try:
-        data = json.loads((root / CLAIMS_FILE).read_text())
-        return [ClaimRecord(**row) for row in data]
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, TypeError) as exc:
-        raise io.MalformedFile(f"{CLAIMS_FILE}: not a list of claim records ({exc})") from exc
+    io.write_text(root / REPORT_FILE, rendered)

@@ -1,4 +1,5 @@
-"""Command line: `python -m replicate {list,run,claims,check,plan}` (Snakemake calls these).
+"""Command line: `python -m replicate {list,run,claims,check,expect,plan}` (Snakemake calls
+run, claims and check).
 
 The options --params and --scale go before or after the subcommand.
 """
@@ -12,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from replicate.config import SCALES, ConfigError, Params, load_params
+from replicate.config import load_params
+from replicate.params import SCALES, ConfigError, Params
 
 DISTRIBUTION = "markov-replicate"
 """The name in pyproject.toml, whose installed version `--version` prints."""
@@ -72,6 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="hide progress bars")
     command("claims", help="evaluate every claim; write results/claims.json and REPORT.md")
     command("check", help="exit non-zero if a verdict in results/claims.json is unexpected")
+    expect = command(
+        "expect",
+        help="record the measurement behind claims' expectations in claims/recorded.json "
+        "(from the current outputs, at a clean commit)",
+    )
+    expect.add_argument("ids", nargs="*", metavar="CLAIM_ID", help="the claims to record")
+    expect.add_argument("--all", action="store_true", help="every claim")
+    expect.add_argument(
+        "--prune", action="store_true", help="drop recordings of claims that no longer exist"
+    )
     plan = command(
         "plan",
         help="cost plan: calibrate every rule (trainings cut to a few steps), print model-steps, "
@@ -165,7 +177,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         # Only this experiment's settings are validated, so only its paper's code is
         # imported (issue 13: a job's start-up); `snakemake` validated the whole file.
         params = load_params(args.params, scale=args.scale, only=[args.experiment])
-        from replicate.experiments import run_experiment
+        from replicate.experiments.runner import run_experiment
 
         params.experiment(args.experiment)  # unknown name -> ConfigError before any work
         problem = _missing_upstream(args.experiment, params)
@@ -186,18 +198,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "plan":
         return _plan(args)
+    if args.command == "expect":
+        return _expect(args)
 
-    from replicate import claims, io
+    from replicate import claims, io, verdicts
 
     params = load_params(args.params, scale=args.scale)
     if args.command == "check":
-        # Re-evaluate from params.yaml and the metrics rather than trusting a stored file:
+        # Re-evaluate from the claims files and the metrics rather than trusting a stored file:
         # a claims.json left over from an earlier run must not make the check pass.
         try:
-            stored = claims.load_records()
+            stored = verdicts.load_records()
         except FileNotFoundError:
             print(
-                f"error: {claims.CLAIMS_FILE} is missing; build it with "
+                f"error: {verdicts.CLAIMS_FILE} is missing; build it with "
                 "`python -m replicate claims` (or `snakemake claims`)",
                 file=sys.stderr,
             )
@@ -209,12 +223,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print_errors(errors)
         if [r.to_json() for r in stored] != [r.to_json() for r in records]:
             print(
-                f"error: {claims.CLAIMS_FILE} is stale (it differs from a fresh evaluation); "
+                f"error: {verdicts.CLAIMS_FILE} is stale (it differs from a fresh evaluation); "
                 "rebuild it with `python -m replicate claims`",
                 file=sys.stderr,
             )
             return 1
-        bad = claims.unexpected(records)
+        bad = verdicts.unexpected(records)
         for r in bad:
             print(
                 f"UNEXPECTED {r.id}: verdict {r.verdict} (measured {r.measured}, reference "
@@ -237,13 +251,39 @@ def _dispatch(args: argparse.Namespace) -> int:
         records, errors = claims.evaluate_with_errors(params)
         _print_errors(errors)
         claims.write_claims(records, params)
-        bad = claims.unexpected(records)
+        bad = verdicts.unexpected(records)
         print(
-            f"wrote {claims.CLAIMS_FILE}, {claims.REPORT_FILE} and {claims.VERDICTS_DIR}/: "
+            f"wrote {verdicts.CLAIMS_FILE}, {verdicts.REPORT_FILE} and {verdicts.VERDICTS_DIR}/: "
             f"{len(records)} claims, {len(bad)} unexpected verdict(s)"
         )
         return 0
     raise AssertionError(args.command)
+
+
+def _expect(args: argparse.Namespace) -> int:
+    from replicate.claim_files import load_claims, write_recorded
+    from replicate.expect import expect
+
+    params = load_params(args.params, scale=args.scale)
+    if args.prune and not args.ids and not args.all:
+        kept = load_claims(params, prune=True).recorded
+        path = write_recorded(params.claims_dir, kept)
+        print(f"kept the recordings of {len(kept)} claim(s) in {path}")
+        return 0
+    if bool(args.ids) == args.all:
+        print("error: name the claims to record, or give --all", file=sys.stderr)
+        return 2
+    recorded = expect(params, None if args.all else args.ids, prune=args.prune)
+    print(
+        f"recorded {len(recorded.ids)} claim(s) at {params.scale} scale, commit "
+        f"{recorded.commit}, in {recorded.path}"
+    )
+    if recorded.skipped:
+        print(
+            f"skipped {len(recorded.skipped)} claim(s) whose expectation gives a written basis "
+            f"at {params.scale} scale (delete it to record one): {', '.join(recorded.skipped)}"
+        )
+    return 0
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -5,11 +5,12 @@ the two to agree, each experiment stage's ``params`` are exactly the keys its ru
 the active scale (`Params.input_keys`; ``${scale}`` stays a DVC template variable, so
 switching scale needs no regeneration) and its ``deps`` are exactly the code the rule's
 Snakemake inputs list (`replicate.experiments.code_paths`). The claims stage reads the whole
-of params.yaml (it validates every experiment at both scales and reports every claim), so
-params.yaml is one of its deps, hashed as a file: as params, the claims' values would make
-up most of dvc.lock (334 KB) and slow every DVC command. DVC's templating cannot
-make a list of keys conditional on an experiment (``reads``), hence a generated file;
-`tests/test_workflow_files.py` fails when the committed dvc.yaml differs from this output.
+of params.yaml (it validates every experiment at both scales) and the claims files
+(`replicate.claim_files`), so both are among its deps, hashed as files: as params, every
+experiment's values would make up most of dvc.lock and slow every DVC command. DVC's
+templating cannot make a list of keys conditional on an experiment (``reads``), hence a
+generated file; `tests/test_workflow_files.py` fails when the committed dvc.yaml differs
+from this output.
 
     python -m replicate.dvcfile            # rewrite dvc.yaml
     python -m replicate.dvcfile --check    # exit 1 when dvc.yaml is out of date
@@ -24,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from replicate.config import SCALES, ConfigError, Params, load_params
+from replicate.config import load_params
+from replicate.params import SCALES, ConfigError, Params
 
 DVC_FILE = Path("dvc.yaml")
 SCALE_VARIABLE = "${scale}"
@@ -48,8 +50,8 @@ def _scale_free(keys: list[str], scale: str) -> list[str]:
 
 
 def stages(params: Params) -> dict[str, Any]:
-    from replicate.claims import verdict_summary_paths
     from replicate.experiments import code_paths
+    from replicate.verdicts import verdict_summary_paths
 
     out: dict[str, Any] = {}
     for name, entry in params.experiments.items():
@@ -67,6 +69,7 @@ def stages(params: Params) -> dict[str, Any]:
         "cmd": _snakemake("claims"),
         "deps": [
             "params.yaml",
+            str(params.raw.claims_dir),  # the claims files, hashed as one folder
             *code_paths(None),
             *(str(e.directory) for e in params.experiments.values()),
         ],

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from replicate.config import Params, ResourceRequest
+from replicate.params import Params, ResourceRequest
 
 if TYPE_CHECKING:
     from replicate.training import TrainingCost
@@ -103,7 +103,7 @@ def calibrate(
     calibration stopped by `plan`'s timeout still reports the trainings it got through."""
     import torch
 
-    from replicate.experiments import run_experiment
+    from replicate.experiments.runner import run_experiment
     from replicate.training import calibrating
 
     def append(cost: TrainingCost) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from replicate import io
-from replicate.config import PROVENANCE_FILE, Params
+from replicate.params import PROVENANCE_FILE, Params
 
 
 def recorded_inputs(name: str, params: Params) -> dict[str, Any]:

@@ -17,8 +17,10 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from replicate.config import Params
+from replicate import verdicts
+from replicate.claim_files import load_claims
 from replicate.experiments import code_dependencies
+from replicate.params import Params
 from replicate.provenance import mismatches
 
 
@@ -48,17 +50,20 @@ def claims_current(params: Params, root: Path = Path(".")) -> bool:
     """Whether the claims outputs are newer than every input and equal a fresh evaluation."""
     from replicate import claims
 
-    outputs = [root / p for p in (claims.CLAIMS_FILE, claims.REPORT_FILE)]
-    outputs += [root / p for p in claims.verdict_summary_paths()]
+    claimset = load_claims(params)
+    outputs = [root / p for p in (verdicts.CLAIMS_FILE, verdicts.REPORT_FILE)]
+    outputs += [root / p for p in verdicts.verdict_summary_paths()]
     inputs = [root / f for f in code_dependencies(None)]
+    inputs += [root / p for p in claims.input_files(params, claimset)]
     inputs += [root / p for e in params.experiments.values() for p in e.output_paths]
     if not _newer_than_inputs(outputs, inputs):
         return False
     try:
-        stored = claims.load_records(root)
+        stored = verdicts.load_records(root)
     except (OSError, ValueError):  # absent or malformed: not current
         return False
-    return [r.to_json() for r in stored] == [r.to_json() for r in claims.evaluate(params, root)]
+    fresh = claims.evaluate(params, root, claimset)
+    return [r.to_json() for r in stored] == [r.to_json() for r in fresh]
 
 
 def record_in_dvc(params: Params, root: Path = Path(".")) -> list[str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from replicate import io
-from replicate.claims import VERDICTS, ClaimRecord
-from replicate.config import METRICS_FILE, PROVENANCE_FILE, Params
+from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
+from replicate.verdicts import VERDICTS, ClaimRecord
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -229,7 +229,7 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         ),
         "",
         "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) "
-        "with a reference and a tolerance from `params.yaml`. *Expected* is the verdict we "
+        "with a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict we "
         "measured when the claim was recorded (with that measured value and the commit); a "
         "mismatch fails the check. A claim measured over several seeds shows each seed's "
         "verdict (✓ holds, ✗ does not) and a 95 % seed-bootstrap interval of the measured "

@@ -36,7 +36,7 @@ from replicate.chunking import (
     select_members,
     write_members,
 )
-from replicate.config import Precision
+from replicate.params import Precision
 
 if TYPE_CHECKING:
     import lightning as L

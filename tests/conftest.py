@@ -1,17 +1,21 @@
-"""Shared fixtures: the real params.yaml, and a tiny copy of it for end-to-end runs."""
+"""Shared fixtures: the real params.yaml and claims, and a tiny copy for end-to-end runs."""
 
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from replicate.config import read_params_file
+from replicate.config import read_params_file, read_yaml_file
+from replicate.params import PAPERS
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS_FILE = REPO / "params.yaml"
+CLAIMS_DIR = REPO / "claims"
 
 # Small enough for seconds on one CPU core, large enough to exercise every code path.
 TINY_TRAINING = {"steps": 30, "batch_size": 4, "seq_len": 32, "eval_every": 10, "test_sequences": 4}
@@ -77,12 +81,56 @@ def _shrink_subngrams(ci: dict) -> None:
 
 @pytest.fixture
 def params_dict() -> dict:
-    return read_params_file(PARAMS_FILE)
+    """The repository's params.yaml, its claims folder given as an absolute path (so that a
+    copy written elsewhere still reads the repository's claims)."""
+    return {**read_params_file(PARAMS_FILE), "claims_dir": str(CLAIMS_DIR)}
+
+
+def claim_dict(claim_id: str) -> dict:
+    """A fresh copy of one claim of the repository's claims files, as written there."""
+    (claim,) = repository_claims(lambda c: c["id"] == claim_id)
+    return claim
+
+
+def repository_claims(keep: Callable[[dict], bool] = lambda claim: True) -> list[dict]:
+    """The repository's claims as written in their files, those ``keep`` accepts."""
+    return [
+        claim
+        for paper in PAPERS
+        for claim in read_yaml_file(CLAIMS_DIR / f"{paper}.yaml")["claims"]
+        if keep(claim)
+    ]
+
+
+def params_with_claims(
+    root: Path, params: dict, claims: list[dict], recorded: bool = False
+) -> Path:
+    """``params`` as ``root``/params.yaml whose claims folder, ``root``/claims, holds just
+    ``claims``, each in its paper's file (``recorded``: with the repository's recordings of
+    them; else none). Returns the params file."""
+    folder = root / "claims"
+    folder.mkdir(exist_ok=True)
+    if recorded:
+        ids = {c["id"] for c in claims}
+        everything = json.loads((CLAIMS_DIR / "recorded.json").read_text())
+        mine = {k: v for k, v in everything.items() if k in ids}
+        (folder / "recorded.json").write_text(json.dumps(mine, indent=2))
+    experiments = {**params["experiments"], **params.get("derived_experiments", {})}
+    for paper in PAPERS:
+        mine = [c for c in claims if experiments[c["experiment"]]["paper"] == paper]
+        if mine:
+            document = {"paper": paper, "title": paper, "claims": mine}
+            (folder / f"{paper}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump({**params, "claims_dir": "claims"}, sort_keys=False))
+    return path
 
 
 def shrink(data: dict) -> dict:
-    """A copy of params with every ci training block reduced to TINY_TRAINING."""
+    """A copy of params with every ci training block reduced to TINY_TRAINING; its claims are
+    the repository's (an absolute ``claims_dir``, so the copy can be written anywhere)."""
     data = copy.deepcopy(data)
+    data["claims_dir"] = str(CLAIMS_DIR)
     entries = [*data["experiments"].values(), *data.get("derived_experiments", {}).values()]
     for entry in entries:
         ci = entry["settings"]["ci"]

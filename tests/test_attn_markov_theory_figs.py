@@ -19,10 +19,11 @@ import torch
 
 from lightning_modules import EnsembleGPT, GPTConfig
 from replicate import io
-from replicate.config import BinaryChainSettings, load_params
-from replicate.experiments import run_experiment
+from replicate.config import load_params
 from replicate.experiments.attn_markov import appendix_d, fig2, tables, theorems
+from replicate.experiments.runner import run_experiment
 from replicate.markov import binary_kernel, binary_stationary, sample_chain
+from replicate.settings import BinaryChainSettings
 from replicate.theory import attn_markov as am
 
 from .conftest import PARAMS_FILE

@@ -12,11 +12,13 @@ import yaml
 
 from replicate import analysis, claims, plotting
 from replicate.analysis import RunClass
-from replicate.config import BinaryChainSettings, load_params
-from replicate.experiments import run_experiment
+from replicate.claim_files import load_claims
+from replicate.config import load_params
 from replicate.experiments.attn_markov import fig1, fig4, fig5
 from replicate.experiments.attn_markov.common import BinaryRun, StateRun
+from replicate.experiments.runner import run_experiment
 from replicate.markov import symmetric_kernel
+from replicate.settings import BinaryChainSettings
 
 from .conftest import PARAMS_FILE, shrink
 
@@ -190,7 +192,7 @@ def test_fig4_group_metrics_behind_claims_a41_to_a44() -> None:
     assert per_run["p0.7_q0.7/tied/seed0/class"] == float(RunClass.UNIGRAM)
     # the per-seed pools behind the claims' bootstrap reproduce the group metrics
     params = load_params(PARAMS_FILE, scale="ci")
-    for claim in (c for c in params.claims if c.experiment == "attn_markov_fig4"):
+    for claim in (c for c in load_claims(params).claims if c.experiment == "attn_markov_fig4"):
         if claim.per_seed is not None and claim.metric in m:
             values, _ = claims.seed_matrix(per_run, claim.per_seed)
             assert float(claims.aggregate(values, claim.per_seed)) == pytest.approx(

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from replicate import claims
+from replicate import claims, verdicts
+from replicate.claim_files import load_claims
 from replicate.cli import main
 from replicate.config import load_params
 from replicate.provenance import recorded_inputs
 
-from .conftest import PARAMS_FILE
+from .conftest import PARAMS_FILE, claim_dict, params_with_claims
 
 CLAIM_ID = "A3a-tied-stuck"  # metric p0.5_q0.8/tied/frac_unigram, ge 0.6, expected holds
 
@@ -34,7 +35,7 @@ def _stuck(frac: float) -> dict:
     return {"p0.5_q0.8/tied/frac_unigram": stuck / 3, **classes}
 
 
-def _record(root: Path) -> claims.ClaimRecord:
+def _record(root: Path) -> verdicts.ClaimRecord:
     params = load_params(PARAMS_FILE, scale="ci")
     return next(r for r in claims.evaluate(params, root) if r.id == CLAIM_ID)
 
@@ -71,13 +72,9 @@ def test_unexpected_failure(tmp_path: Path) -> None:
 
 def test_unexpected_pass(tmp_path: Path, params_dict: dict) -> None:
     """A claim expected not to reproduce that suddenly holds must also fail the check."""
-    import yaml
-
-    data = params_dict
-    claim = next(c for c in data["claims"] if c["id"] == CLAIM_ID)
+    claim = claim_dict(CLAIM_ID)
     claim["expected"]["ci"] = {"verdict": "does-not-reproduce", "basis": "test", "reason": "test"}
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = params_with_claims(tmp_path, params_dict, [claim])
     _write_outputs(tmp_path, _stuck(1.0))
     params = load_params(path, scale="ci")
     r = next(r for r in claims.evaluate(params, tmp_path) if r.id == CLAIM_ID)
@@ -107,7 +104,7 @@ def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -
     records = claims.evaluate(params, tmp_path)
     claims.write_claims(records, params, tmp_path)
     saved = json.loads((tmp_path / "results/claims.json").read_text())
-    assert len(saved) == len(params.claims)
+    assert len(saved) == len(load_claims(params).claims)
     assert set(saved[0]) >= {
         "id",
         "paper",
@@ -143,12 +140,7 @@ def test_check_does_not_trust_a_stored_claims_file(tmp_path: Path, monkeypatch) 
 def test_check_passes_when_every_verdict_matches(
     tmp_path: Path, params_dict: dict, monkeypatch
 ) -> None:
-    import yaml
-
-    data = params_dict
-    data["claims"] = [c for c in data["claims"] if c["id"] == CLAIM_ID]
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = params_with_claims(tmp_path, params_dict, [claim_dict(CLAIM_ID)])
     _write_outputs(tmp_path, _stuck(1.0))
     monkeypatch.chdir(tmp_path)
     assert main(["--params", str(path), "--scale", "ci", "claims"]) == 0
@@ -160,15 +152,8 @@ def test_check_passes_when_every_verdict_matches(
 # ----------------------------------------------------------------------------- per-seed claims
 def _seed_params(tmp_path: Path, params_dict: dict, claim_update: dict) -> object:
     """params with CLAIM_ID only, updated by ``claim_update`` (per_seed, expected, ...)."""
-    import yaml
-
-    data = params_dict
-    claim = next(c for c in data["claims"] if c["id"] == CLAIM_ID)
-    claim.update(claim_update)
-    data["claims"] = [claim]
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_params(path, scale="ci")
+    claim = claim_dict(CLAIM_ID) | claim_update
+    return load_params(params_with_claims(tmp_path, params_dict, [claim]), scale="ci")
 
 
 MAX_DELTA = {  # a "le" claim over seeds: max over seeds of delta_bigram <= 0 + 0.005
@@ -209,19 +194,19 @@ def test_seeds_that_agree_keep_the_verdict(tmp_path: Path, params_dict: dict) ->
 
 
 def test_inconclusive_can_be_expected_and_needs_a_reason(tmp_path: Path, params_dict: dict) -> None:
-    from replicate.config import ConfigError
+    from replicate.params import ConfigError
 
     expected = {
         "paper": {"verdict": "holds", "basis": "b"},
         "ci": {"verdict": "inconclusive", "basis": "b"},
     }
-    with pytest.raises(ConfigError, match="needs a reason"):
-        _seed_params(tmp_path, params_dict, {**MAX_DELTA, "expected": expected})
-    expected["ci"] |= {"reason": "seeds straddle", "measured": 0.0052}
+    with pytest.raises(ConfigError, match=f"(?s)claim {CLAIM_ID}: .*needs a reason"):
+        claims.evaluate(_seed_params(tmp_path, params_dict, {**MAX_DELTA, "expected": expected}))
+    expected["ci"] |= {"reason": "seeds straddle"}
     params = _seed_params(tmp_path, params_dict, {**MAX_DELTA, "expected": expected})
     _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
     (r,) = claims.evaluate(params, tmp_path)
-    assert r.matches_expectation and r.expected_measured == 0.0052
+    assert r.matches_expectation and r.expected_basis == "b"
     assert (r.other_scale, r.other_expected) == ("paper", "holds")
 
 
@@ -239,7 +224,7 @@ def test_a_pattern_that_does_not_describe_the_metric_is_missing(
 
 
 def test_grouped_pattern_indicator_and_bootstrap_determinism() -> None:
-    from replicate.config import SeedAggregate
+    from replicate.claim_files import SeedAggregate
 
     spec = SeedAggregate(
         pattern="a/*/seed{seed}/class", over_seeds="mean", over_groups="mean", indicator=1.0

@@ -44,7 +44,7 @@ def workflow(tmp_path: Path) -> Path:
     """A copy of the workflow files (not results) in a scratch directory."""
     for name in ("Snakefile", "params.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
-    for pkg in ("replicate", "lightning_modules"):
+    for pkg in ("replicate", "lightning_modules", "claims"):
         shutil.copytree(REPO / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import PARAMS_FILE, REPO
+from .conftest import PARAMS_FILE, REPO, params_with_claims, repository_claims
 
 EXPERIMENTS = ("attn_markov_fig2", "attn_markov_table1")
 TARGETS = (*EXPERIMENTS, "claims")
@@ -37,8 +37,8 @@ def _workspace(root: Path, experiments: tuple[str, ...] | None) -> Path:
     if experiments is not None:
         data["experiments"] = {k: v for k, v in data["experiments"].items() if k in experiments}
         data["derived_experiments"] = {}
-        data["claims"] = [c for c in data["claims"] if c["experiment"] in experiments]
-    (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    names = {*data["experiments"], *data["derived_experiments"]}
+    params_with_claims(root, data, repository_claims(lambda c: c["experiment"] in names), True)
     return root
 
 
@@ -86,7 +86,7 @@ def test_report_shows_figures_captions_and_claims(local_run: Path) -> None:
     params = yaml.safe_load((local_run / "params.yaml").read_text())
     for name in EXPERIMENTS:
         assert params["experiments"][name]["title"] in html
-    for claim in params["claims"]:
+    for claim in repository_claims(lambda c: c["experiment"] in EXPERIMENTS):
         assert claim["id"] in html
     assert "figure.png" in html and "claims.json" in html
 

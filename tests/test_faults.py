@@ -22,11 +22,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from replicate import claims, io
+from replicate import claims, io, verdicts
+from replicate.claim_files import load_claims
 from replicate.cli import _parser, main
 from replicate.config import load_params
 
-from .conftest import PARAMS_FILE, REPO
+from .conftest import PARAMS_FILE, REPO, claim_dict, params_with_claims
 from .test_claims import CLAIM_ID, _stuck, _write_outputs
 
 FIG3 = "results/attn_markov/fig3"
@@ -34,7 +35,7 @@ METRIC = "p0.5_q0.8/tied/frac_unigram"  # CLAIM_ID's metric (ge 0.6, expected ho
 CLI = ["--params", str(PARAMS_FILE), "--scale", "ci"]
 
 
-def _evaluate(root: Path) -> dict[str, claims.ClaimRecord]:
+def _evaluate(root: Path) -> dict[str, verdicts.ClaimRecord]:
     params = load_params(PARAMS_FILE, scale="ci")
     return {r.id: r for r in claims.evaluate(params, root)}
 
@@ -84,12 +85,10 @@ def test_an_infinite_metric_of_a_one_off_claim_no_longer_holds(
 ) -> None:
     """The reported fault: without per-seed evidence, `ge 0.6` held for Infinity, and a
     `le` claim for -Infinity."""
-    claim = next(c for c in params_dict["claims"] if c["id"] == CLAIM_ID)
+    claim = claim_dict(CLAIM_ID)
     claim.pop("per_seed", None)
     claim["comparison"] = "ge" if value == "Infinity" else "le"
-    params_dict["claims"] = [claim]
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params_dict))
+    path = params_with_claims(tmp_path, params_dict, [claim])
     params = load_params(path, scale="ci")
     _write_outputs(tmp_path, {METRIC: 0.6 if value == "Infinity" else 0.5})
     assert claims.evaluate(params, tmp_path)[0].verdict == "holds"
@@ -110,11 +109,9 @@ def test_a_non_finite_metric_written_by_the_writer_is_missing(tmp_path: Path) ->
 
 
 def test_a_non_finite_reference_metric_is_missing(tmp_path: Path, params_dict: dict) -> None:
-    claim = next(c for c in params_dict["claims"] if c["id"] == CLAIM_ID)
+    claim = claim_dict(CLAIM_ID)
     claim["reference"] = {"metric": "ref/value"}
-    params_dict["claims"] = [claim]
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params_dict))
+    path = params_with_claims(tmp_path, params_dict, [claim])
     params = load_params(path, scale="ci")
     _write_outputs(tmp_path, _stuck(1.0) | {"ref/value": 0.6})
     assert claims.evaluate(params, tmp_path)[0].verdict == "holds"
@@ -126,12 +123,10 @@ def test_a_non_finite_reference_metric_is_missing(tmp_path: Path, params_dict: d
 
 
 def test_a_non_finite_per_seed_value_is_missing(tmp_path: Path, params_dict: dict) -> None:
-    claim = next(c for c in params_dict["claims"] if c["id"] == CLAIM_ID)
+    claim = claim_dict(CLAIM_ID)
     claim["per_seed"] = {"pattern": "p0.5_q0.8/untied/seed{seed}/delta", "over_seeds": "max"}
     claim["metric"] = "p0.5_q0.8/untied/max_delta"
-    params_dict["claims"] = [claim]
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params_dict))
+    path = params_with_claims(tmp_path, params_dict, [claim])
     params = load_params(path, scale="ci")
     seeds = {f"p0.5_q0.8/untied/seed{s}/delta": 0.7 + s / 10 for s in range(3)}
     _write_outputs(tmp_path, seeds | {claim["metric"]: 0.9})
@@ -154,8 +149,8 @@ MALFORMED = {
 
 
 def _claims_outputs(root: Path) -> dict[Path, bytes]:
-    files = [root / claims.CLAIMS_FILE, root / claims.REPORT_FILE]
-    return {p: p.read_bytes() for p in [*files, *claims.verdict_summary_paths(root)]}
+    files = [root / verdicts.CLAIMS_FILE, root / verdicts.REPORT_FILE]
+    return {p: p.read_bytes() for p in [*files, *verdicts.verdict_summary_paths(root)]}
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))
@@ -166,20 +161,20 @@ def test_a_malformed_metrics_file_is_one_error_line_and_missing_claims(
     monkeypatch.chdir(tmp_path)
     _write_outputs(tmp_path, _stuck(1.0))
     assert main([*CLI, "claims"]) == 0
-    before = json.loads((tmp_path / claims.CLAIMS_FILE).read_text())
+    before = json.loads((tmp_path / verdicts.CLAIMS_FILE).read_text())
     (tmp_path / FIG3 / "metrics.json").write_bytes(content)
     capsys.readouterr()
     assert main([*CLI, "claims"]) == 0  # the files are written; `check` fails below
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {FIG3}/metrics.json: {message}")
-    after = json.loads((tmp_path / claims.CLAIMS_FILE).read_text())
+    after = json.loads((tmp_path / verdicts.CLAIMS_FILE).read_text())
     fig3 = [r for r in after if r["experiment"] == "attn_markov_fig3"]
     assert fig3 and all(r["verdict"] == "missing" for r in fig3)
     assert all(f"{FIG3}/metrics.json: {message}" in r["note"] for r in fig3)
     assert [r for r in after if r["experiment"] != "attn_markov_fig3"] == [
         r for r in before if r["experiment"] != "attn_markov_fig3"
     ]
-    assert f"{FIG3}/metrics.json: {message}" in (tmp_path / claims.REPORT_FILE).read_text()
+    assert f"{FIG3}/metrics.json: {message}" in (tmp_path / verdicts.REPORT_FILE).read_text()
     assert main([*CLI, "check"]) == 1
     err = capsys.readouterr().err
     assert f"error: {FIG3}/metrics.json: {message}" in err
@@ -196,7 +191,7 @@ def test_a_malformed_provenance_file_is_reported_the_same_way(
     assert capsys.readouterr().err.startswith(
         f"error: {FIG3}/provenance.json: not valid JSON (line 1, column 17: Expecting property name"
     )
-    record = next(r for r in claims.load_records(tmp_path) if r.id == CLAIM_ID)
+    record = next(r for r in verdicts.load_records(tmp_path) if r.id == CLAIM_ID)
     assert record.verdict == "missing" and f"{FIG3}/provenance.json" in record.note
 
 
@@ -216,7 +211,7 @@ def test_claims_on_a_truncated_metrics_file_prints_no_traceback(tmp_path: Path) 
         f"error: {FIG3}/metrics.json: not valid JSON (line 2, column 1: "
         "Expecting property name enclosed in double quotes)"
     ]
-    assert (tmp_path / claims.CLAIMS_FILE).exists() and (tmp_path / claims.REPORT_FILE).exists()
+    assert (tmp_path / verdicts.CLAIMS_FILE).exists() and (tmp_path / verdicts.REPORT_FILE).exists()
 
 
 def test_claims_failing_for_another_reason_leaves_its_files_byte_identical(
@@ -286,7 +281,7 @@ def test_claims_removes_its_own_stale_temps(tmp_path: Path, monkeypatch) -> None
     stale.parent.mkdir()
     stale.write_text("")
     assert main([*CLI, "claims"]) == 0
-    assert not stale.exists() and (tmp_path / claims.CLAIMS_FILE).exists()
+    assert not stale.exists() and (tmp_path / verdicts.CLAIMS_FILE).exists()
 
 
 # ----------------------------------------------------------------------------- file mode
@@ -399,15 +394,15 @@ def test_check_says_missing_when_claims_json_is_missing(tmp_path: Path, monkeypa
     _write_outputs(tmp_path, _stuck(1.0))
     assert main([*CLI, "check"]) == 1
     assert capsys.readouterr().err == (
-        f"error: {claims.CLAIMS_FILE} is missing; build it with `python -m replicate claims` "
+        f"error: {verdicts.CLAIMS_FILE} is missing; build it with `python -m replicate claims` "
         "(or `snakemake claims`)\n"
     )
-    (tmp_path / claims.CLAIMS_FILE).write_text("[{")
+    (tmp_path / verdicts.CLAIMS_FILE).write_text("[{")
     assert main([*CLI, "check"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {claims.CLAIMS_FILE}: not a list of claim records")
+    assert err.startswith(f"error: {verdicts.CLAIMS_FILE}: not a list of claim records")
     assert "rebuild it with `python -m replicate claims`" in err
-    assert (tmp_path / claims.CLAIMS_FILE).read_text() == "[{"  # check writes nothing
+    assert (tmp_path / verdicts.CLAIMS_FILE).read_text() == "[{"  # check writes nothing
 
 
 # ----------------------------------------------------------------------------- verdict summaries
@@ -415,8 +410,8 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.chdir(tmp_path)
     _write_outputs(tmp_path, _stuck(1.0))
     assert main([*CLI, "claims"]) == 0
-    records = claims.load_records(tmp_path)
-    paths = claims.verdict_summary_paths(tmp_path)
+    records = verdicts.load_records(tmp_path)
+    paths = verdicts.verdict_summary_paths(tmp_path)
     assert [p.relative_to(tmp_path) for p in paths] == [
         Path(f"results/verdicts/{paper}.json")
         for paper in ("attn_markov", "local_global", "subngrams", "two_layer")
@@ -436,5 +431,5 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
             "unexpected": sum(not r.matches_expectation for r in recs),
         }
         total = {k: total[k] + summary[k] for k in keys}
-    assert total["claims"] == len(records) == len(load_params(PARAMS_FILE).claims)
+    assert total["claims"] == len(records) == len(load_claims(load_params(PARAMS_FILE)).claims)
     assert total["holds"] >= 1 and total["missing"] >= 1

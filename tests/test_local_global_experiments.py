@@ -18,11 +18,12 @@ import yaml
 
 from lightning_modules import ChainMember, EnsembleGPT, GPTConfig, OptimConfig
 from lightning_modules.canonical import EnsembleCanonical
-from replicate.config import BinaryChainSettings, load_params
-from replicate.experiments import run_experiment
+from replicate.config import load_params
 from replicate.experiments.local_global import canonical_sgd, fig2, fig4, fig5, flows, lowrank
 from replicate.experiments.local_global import transformer as tf
+from replicate.experiments.runner import run_experiment
 from replicate.markov import binary_kernel, binary_stationary
+from replicate.settings import BinaryChainSettings
 from replicate.theory import local_global as lg
 from replicate.training import TrainingPlan, gpt_ensemble, train_ensemble
 

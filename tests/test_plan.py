@@ -10,8 +10,9 @@ import yaml
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig
 from replicate import plan
-from replicate.config import ResourceRequest, load_params
+from replicate.config import load_params
 from replicate.markov import binary_kernel
+from replicate.params import ResourceRequest
 from replicate.plan import ExperimentCost
 from replicate.training import TrainingPlan, calibrating, gpt_ensemble, train_ensemble
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import PARAMS_FILE
+from .conftest import PARAMS_FILE, params_with_claims, repository_claims
 
 EXPERIMENT = "attn_markov_fig3"
 CHECKPOINT_EVERY = 20
@@ -36,10 +36,9 @@ def _workspace(root: Path, checkpoint_every: int) -> Path:
     ci["probability_positions"] = 5
     data["experiments"] = {EXPERIMENT: entry}
     data["derived_experiments"] = {}
-    data["claims"] = [c for c in data["claims"] if c["experiment"] == EXPERIMENT]
     data.setdefault("cluster", {})["checkpoint_every"] = {"ci": checkpoint_every, "paper": 500}
     root.mkdir(parents=True)
-    (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    params_with_claims(root, data, repository_claims(lambda c: c["experiment"] == EXPERIMENT))
     return root
 
 

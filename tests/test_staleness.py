@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, shrink
+from .conftest import REPO, params_with_claims, repository_claims, shrink
 
 BIN = Path(sys.executable).parent
 KEPT = ("attn_markov_fig3", "attn_markov_table2", "attn_markov_theorems", "local_global_fig5")
@@ -38,7 +38,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def _project(root: Path) -> None:
-    """Copy the workflow (code, Snakefile, profile) and a params.yaml cut to `KEPT`."""
+    """Copy the workflow (code, Snakefile, profile), a params.yaml cut to `KEPT` and the
+    claims of those experiments with their recordings."""
     for name in ("Snakefile", ".dvcignore"):
         shutil.copy(REPO / name, root / name)
     for folder in ("replicate", "lightning_modules", "profiles", "report"):
@@ -46,8 +47,7 @@ def _project(root: Path) -> None:
     data = shrink(yaml.safe_load((REPO / "params.yaml").read_text()))
     for section in ("experiments", "derived_experiments"):
         data[section] = {k: v for k, v in data[section].items() if k in KEPT}
-    data["claims"] = [c for c in data["claims"] if c["experiment"] in KEPT]
-    (root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    params_with_claims(root, data, repository_claims(lambda c: c["experiment"] in KEPT), True)
 
 
 def _run(root: Path, *cmd: str) -> str:
@@ -107,6 +107,31 @@ def _edit_yaml(key: str, change: Callable[[object], object]) -> Callable[[Path],
     return edit
 
 
+def _edit_claim(paper: str, key: str, change: Callable[[object], object]) -> Callable[[Path], None]:
+    """Change ``key`` (a dotted path) of the first claim in ``claims/<paper>.yaml``."""
+
+    def edit(root: Path) -> None:
+        path = root / "claims" / f"{paper}.yaml"
+        data = yaml.safe_load(path.read_text())
+        *keys, last = key.split(".")
+        node = data["claims"][0]
+        for part in keys:
+            node = node[part]
+        node[last] = change(node[last])
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    return edit
+
+
+def _edit_recording(root: Path) -> None:
+    """Change the basis recorded for one claim (as `python -m replicate expect` would)."""
+    path = root / "claims" / "recorded.json"
+    recorded = json.loads(path.read_text())
+    first = recorded[next(iter(recorded))]
+    first["ci"]["basis"] += " (recorded again)"
+    path.write_text(json.dumps(recorded, indent=2))
+
+
 def _edit_module(path: str) -> Callable[[Path], None]:
     def edit(root: Path) -> None:
         with (root / path).open("a") as f:
@@ -135,7 +160,16 @@ EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
         _edit_yaml("classification.bigram_kappa_min", lambda v: v / 2),
         {"attn_markov_fig3", "attn_markov_table2", "claims"},
     ),
-    "a claim's tolerance": (_edit_yaml("claims.0.tolerance.ci", lambda v: v / 2), {"claims"}),
+    # The claims live in claims/<paper>.yaml and claims/recorded.json: only the claims rerun.
+    "a claim's tolerance": (
+        _edit_claim("local_global", "tolerance.ci", lambda v: v / 2),
+        {"claims"},
+    ),
+    "a claim's statement": (
+        _edit_claim("attn_markov", "statement", lambda v: f"{v} (edited)"),
+        {"claims"},
+    ),
+    "a recorded measurement": (_edit_recording, {"claims"}),
     "paper A module": (_edit_module("replicate/experiments/attn_markov/common.py"), A | {"claims"}),
     "hyperparameter tables": (
         _edit_module("replicate/experiments/hyperparameter_tables.py"),
@@ -152,7 +186,7 @@ EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
 @pytest.fixture
 def restoring(built: Path) -> Iterator[Path]:
     """Yields the built project; afterwards every file is back, bytes and mtime."""
-    files = [p for p in built.rglob("*") if p.is_file() and p.suffix in {".py", ".yaml"}]
+    files = [p for p in built.rglob("*") if p.is_file() and p.suffix in {".py", ".yaml", ".json"}]
     files += [p for p in (built / "results").rglob("*") if p.is_file()]
     saved = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
     yield built

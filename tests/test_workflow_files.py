@@ -9,11 +9,11 @@ from pathlib import Path
 
 import yaml
 
-from replicate.claims import verdict_summary_paths
 from replicate.config import load_params
 from replicate.dvcfile import render
+from replicate.verdicts import verdict_summary_paths
 
-from .conftest import REPO
+from .conftest import REPO, params_with_claims, repository_claims
 
 
 def _dvc() -> dict:
@@ -78,6 +78,6 @@ def test_snakefile_rules_come_from_params(tmp_path: Path) -> None:
     assert _target_rules(REPO) == expected
     data = yaml.safe_load((REPO / "params.yaml").read_text())
     del data["experiments"]["local_global_table1"]
-    data["claims"] = [c for c in data["claims"] if c["experiment"] != "local_global_table1"]
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    kept = repository_claims(lambda c: c["experiment"] != "local_global_table1")
+    params_with_claims(tmp_path, data, kept)
     assert _target_rules(tmp_path) == expected - {"local_global_table1"}

@@ -11,10 +11,10 @@ import functools
 import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replicate.experiments.base import Experiment, RunContext, run_experiment
+    from replicate.experiments.base import Experiment
 
 PAPERS: tuple[str, ...] = ("attn_markov", "local_global", "subngrams", "two_layer")
 """Each paper package declares its own ``EXPERIMENTS``; the registry is their union."""
@@ -59,6 +59,8 @@ SHARED_CODE = (
     "replicate/__main__.py",
     "replicate/cli.py",
     "replicate/config.py",
+    "replicate/params.py",
+    "replicate/settings.py",
     "replicate/io.py",
     "replicate/plotting.py",
     "replicate/provenance.py",
@@ -69,6 +71,7 @@ SHARED_CODE = (
     "replicate/theory",
     "replicate/experiments/__init__.py",
     "replicate/experiments/base.py",
+    "replicate/experiments/runner.py",
     "replicate/experiments/hyperparameter_tables.py",
 )
 """Code every experiment runs through (issue 11: a change to any of it makes every experiment
@@ -79,9 +82,14 @@ CLAIMS_CODE = (
     "replicate/__main__.py",
     "replicate/cli.py",
     "replicate/config.py",
+    "replicate/params.py",
+    "replicate/settings.py",
+    "replicate/experiments/__init__.py",
     "replicate/io.py",
     "replicate/provenance.py",
+    "replicate/claim_files.py",
     "replicate/claims.py",
+    "replicate/verdicts.py",
     "replicate/report.py",
 )
 """Code the claims check runs through."""
@@ -112,27 +120,12 @@ def _code_files(paper: str | None) -> tuple[str, ...]:
     return tuple(files)
 
 
-_FROM_BASE = ("Experiment", "RunContext", "run_experiment")
-
-
-def __getattr__(name: str) -> Any:
-    """`Experiment`, `RunContext` and `run_experiment` load the runner (torch) on first use."""
-    if name in _FROM_BASE:
-        from replicate.experiments import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "CLAIMS_CODE",
     "PAPERS",
     "REGISTRY",
     "SHARED_CODE",
-    "Experiment",
-    "RunContext",
     "code_dependencies",
     "code_paths",
     "paper_of",
-    "run_experiment",
 ]

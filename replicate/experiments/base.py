@@ -1,45 +1,25 @@
-"""What every experiment shares: its registry entry, its run context and the runner.
+"""What every experiment shares: its registry entry and its run context.
 
 An experiment is a function ``run(settings, ctx) -> metrics`` that trains or computes, writes
-its figure/CSV outputs through ``ctx`` and returns a flat dict of numbers. The runner adds
-``metrics.json`` and ``provenance.json`` and checks that exactly the outputs that params.yaml
-lists were written. Trainings inside an experiment checkpoint under ``checkpoints/<name>/``
-(outside the DVC outputs; every ``cluster.checkpoint_every`` steps) and a rerun after a
-crash resumes from there; the folder is removed once the outputs are complete. Wall-clock
-timings are Snakemake's benchmark files (``logs/benchmarks/``), never outputs.
+its figure/CSV outputs through ``ctx`` and returns a flat dict of numbers; the runner
+(`replicate.experiments.runner`) calls it.
 """
 
 from __future__ import annotations
 
-import shutil
-import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import torch
 from matplotlib.figure import Figure
 from pydantic import BaseModel
 
 from replicate import io
-from replicate.config import METRICS_FILE, PROVENANCE_FILE, Classification, ExperimentEntry, Params
-from replicate.provenance import recorded_inputs
-from replicate.training import checkpointing, configure_torch
+from replicate.params import Classification, ExperimentEntry
 
 Metrics = dict[str, float]
 CHECKPOINT_DIR = Path("checkpoints")
-
-
-def provenance(name: str, params: Params) -> dict[str, object]:
-    """What produced an experiment's outputs: `recorded_inputs` (every params.yaml value
-    that shapes them), plus the device and library versions (issue 11)."""
-    return {
-        **recorded_inputs(name, params),
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "torch": torch.__version__,
-    }
 
 
 @dataclass
@@ -99,55 +79,3 @@ class Experiment:
 
     settings_model: type[BaseModel]
     run: Callable[[BaseModel, RunContext], Metrics]
-
-
-def _check_metrics(name: str, metrics: Mapping[str, float]) -> dict[str, float]:
-    flat: dict[str, float] = {}
-    for key, value in metrics.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{name}: metric {key!r} is {type(value).__name__}, not a number")
-        flat[key] = float(value)
-    return flat
-
-
-def run_experiment(
-    name: str, params: Params, root: Path = Path("."), progress: bool = True
-) -> Metrics:
-    """Run experiment ``name`` at the params' scale; write its outputs under ``root``."""
-    from replicate.experiments import REGISTRY
-
-    entry = params.experiment(name)
-    settings = params.settings(name)
-    runtime = params.raw.runtime
-    configure_torch(runtime.threads, runtime.precision, runtime.max_members_per_chunk)
-    ctx = RunContext(
-        name=name,
-        entry=entry,
-        scale=params.scale,
-        out_dir=root / entry.directory,
-        shared=params.raw.classification,
-        progress=progress,
-    )
-    io.remove_stale_temps(ctx.out_dir, recursive=True)  # left by a run killed mid-write
-    checkpoints = root / CHECKPOINT_DIR / name
-    started = time.perf_counter()
-    with checkpointing(checkpoints, params.checkpoint_every):
-        metrics = _check_metrics(name, REGISTRY[name].run(settings, ctx))
-    elapsed = time.perf_counter() - started
-    if sorted(ctx.written) != sorted(entry.outputs):
-        raise RuntimeError(
-            f"{name} wrote {sorted(ctx.written)} "
-            f"but params.yaml lists outputs {sorted(entry.outputs)}"
-        )
-    if ctx.read != set(entry.reads):
-        raise RuntimeError(
-            f"{name} declares reads: {sorted(entry.reads)} in params.yaml but read "
-            f"{sorted(ctx.read)}"
-        )
-    io.write_json(ctx.out_dir / METRICS_FILE, metrics)
-    io.write_json(ctx.out_dir / PROVENANCE_FILE, provenance(name, params))
-    shutil.rmtree(checkpoints, ignore_errors=True)  # the outputs are complete
-    # For the person at the terminal (and the rule's log); Snakemake's benchmark file is
-    # the record.
-    print(f"{name}: done in {elapsed:.1f} s ({params.scale} scale)", file=sys.stderr)
-    return metrics

@@ -32,8 +32,9 @@ import torch
 from pydantic import BaseModel
 
 from lightning_modules import EnsembleGPT, GPTConfig
-from replicate.config import PROVENANCE_FILE, ModelSettings, OptimSettings, TrainingSettings
 from replicate.experiments.base import Metrics, RunContext
+from replicate.params import PROVENANCE_FILE
+from replicate.settings import ModelSettings, OptimSettings, TrainingSettings
 from replicate.training import gpt_ensemble
 
 

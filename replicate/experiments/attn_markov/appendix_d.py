@@ -31,10 +31,10 @@ import torch
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.attn_markov.common import load_ensemble
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.hyperparameter_tables import frame_to_markdown
+from replicate.settings import BinaryChainSettings, PositiveInt, Strict
 from replicate.theory import attn_markov as am
 
 

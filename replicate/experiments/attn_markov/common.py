@@ -11,12 +11,6 @@ import torch
 
 from lightning_modules import EnsembleGPT, GPTConfig
 from replicate import analysis
-from replicate.config import (
-    BinaryChainSettings,
-    ModelSettings,
-    OptimSettings,
-    TrainingSettings,
-)
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import (
     binary_entropy_rate,
@@ -25,6 +19,7 @@ from replicate.markov import (
     binary_unigram_entropy,
     symmetric_kernel,
 )
+from replicate.settings import BinaryChainSettings, ModelSettings, OptimSettings, TrainingSettings
 from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 
 if TYPE_CHECKING:

@@ -23,16 +23,6 @@ from matplotlib.axes import Axes
 from pydantic import Field, model_validator
 
 from replicate import analysis, plotting
-from replicate.config import (
-    METRICS_FILE,
-    BinaryChainSettings,
-    ModelSettings,
-    OpenUnit,
-    OptimSettings,
-    PositiveInt,
-    Strict,
-    TrainingSettings,
-)
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.attn_markov.common import (
     FittedRun,
@@ -42,6 +32,16 @@ from replicate.experiments.attn_markov.common import (
 )
 from replicate.experiments.attn_markov.fig3 import Fig3Settings
 from replicate.experiments.base import Metrics, RunContext
+from replicate.params import METRICS_FILE
+from replicate.settings import (
+    BinaryChainSettings,
+    ModelSettings,
+    OpenUnit,
+    OptimSettings,
+    PositiveInt,
+    Strict,
+    TrainingSettings,
+)
 
 Variant = Literal["theory", "gpt2"]
 REUSED: tuple[Variant, int] = ("theory", 1)

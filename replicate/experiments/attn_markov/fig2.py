@@ -23,10 +23,10 @@ import torch
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import BinaryChainSettings, OpenUnit, PositiveInt, Strict
 from replicate.experiments.attn_markov.common import initial_law
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import binary_kernel, sample_chain, symmetric_kernel
+from replicate.settings import BinaryChainSettings, OpenUnit, PositiveInt, Strict
 
 
 class SymmetricChainSettings(Strict):

@@ -7,14 +7,6 @@ import pandas as pd
 from pydantic import Field
 
 from replicate import analysis, plotting
-from replicate.config import (
-    BinaryChainSettings,
-    ModelSettings,
-    OptimSettings,
-    PositiveInt,
-    Strict,
-    TrainingSettings,
-)
 from replicate.experiments.attn_markov.common import (
     BinaryRun,
     InitialLaw,
@@ -25,6 +17,14 @@ from replicate.experiments.attn_markov.common import (
 )
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import binary_stationary
+from replicate.settings import (
+    BinaryChainSettings,
+    ModelSettings,
+    OptimSettings,
+    PositiveInt,
+    Strict,
+    TrainingSettings,
+)
 
 
 class Fig3Settings(Strict):

@@ -19,7 +19,10 @@ import pandas as pd
 from pydantic import Field
 
 from replicate import analysis, plotting
-from replicate.config import (
+from replicate.experiments.attn_markov.common import BinaryRun, InitialLaw, train_binary_runs
+from replicate.experiments.base import Metrics, RunContext
+from replicate.markov import binary_kernel, binary_stationary, mutual_information_gap
+from replicate.settings import (
     BinaryChainSettings,
     ModelSettings,
     OpenUnit,
@@ -27,9 +30,6 @@ from replicate.config import (
     Strict,
     TrainingSettings,
 )
-from replicate.experiments.attn_markov.common import BinaryRun, InitialLaw, train_binary_runs
-from replicate.experiments.base import Metrics, RunContext
-from replicate.markov import binary_kernel, binary_stationary, mutual_information_gap
 
 Side = Literal["below", "boundary", "above"]
 UNCLASSIFIED = "unclassified"

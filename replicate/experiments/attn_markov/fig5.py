@@ -19,16 +19,10 @@ from matplotlib.axes import Axes
 from pydantic import Field
 
 from replicate import analysis, plotting
-from replicate.config import (
-    ModelSettings,
-    OpenUnit,
-    OptimSettings,
-    Strict,
-    TrainingSettings,
-)
 from replicate.experiments.attn_markov.common import StateRun, train_symmetric_runs
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import symmetric_entropy_rate, symmetric_unigram_entropy
+from replicate.settings import ModelSettings, OpenUnit, OptimSettings, Strict, TrainingSettings
 
 
 class Fig5Settings(Strict):

@@ -18,11 +18,11 @@ import pandas as pd
 from pydantic import Field
 
 from lightning_modules import EnsembleGPT, GPTConfig
-from replicate.config import PositiveInt, Strict
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.attn_markov.fig3 import Fig3Settings
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.hyperparameter_tables import Table2Row, frame_to_markdown
+from replicate.settings import PositiveInt, Strict
 
 
 # ============================================================================= Table 1

@@ -23,8 +23,8 @@ import torch
 from pydantic import Field, model_validator
 
 from replicate import plotting
-from replicate.config import OpenUnit, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
+from replicate.settings import OpenUnit, PositiveInt, Strict
 from replicate.theory import attn_markov as am
 
 

@@ -19,8 +19,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
-from replicate.config import BinaryChainSettings
 from replicate.experiments.base import Metrics
+from replicate.settings import BinaryChainSettings
 from replicate.theory import local_global as lg
 
 ROOT_TOLERANCE = 1e-10

@@ -24,9 +24,9 @@ import math
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
-from replicate.config import BinaryChainSettings
 from replicate.experiments.base import Metrics
 from replicate.markov import binary_kernel, binary_stationary
+from replicate.settings import BinaryChainSettings
 from replicate.theory import local_global as lg
 
 

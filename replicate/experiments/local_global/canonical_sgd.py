@@ -20,10 +20,10 @@ from pydantic import Field
 
 from lightning_modules import BinaryLogitCE, ChainMember, OptimConfig
 from lightning_modules.canonical import EnsembleCanonical
-from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global.flows import PositiveFloat
 from replicate.markov import binary_kernel, binary_stationary
+from replicate.settings import BinaryChainSettings, PositiveInt, Strict
 from replicate.theory import local_global as lg
 from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
 

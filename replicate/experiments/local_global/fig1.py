@@ -22,7 +22,6 @@ from pydantic import Field, model_validator
 from scipy.optimize import minimize_scalar
 
 from replicate import plotting
-from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global.bias_checks import bias_checks, thm6_checks
 from replicate.experiments.local_global.flows import (
@@ -38,6 +37,7 @@ from replicate.experiments.local_global.flows import (
     trajectory_frame,
 )
 from replicate.experiments.local_global.full_model_checks import full_model_checks
+from replicate.settings import BinaryChainSettings, PositiveInt, Strict
 from replicate.theory import local_global as lg
 
 STAR, MIN = lg.LimitClass.STAR, lg.LimitClass.MIN

@@ -18,7 +18,6 @@ from matplotlib.axes import Axes
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global import plot3d
 from replicate.experiments.local_global.attention_bias_checks import thm9_checks
@@ -33,6 +32,7 @@ from replicate.experiments.local_global.flows import (
     theorem_loss_error,
     trajectory_frame,
 )
+from replicate.settings import BinaryChainSettings, PositiveInt, Strict
 from replicate.theory import local_global as lg
 
 STAR, MIN = lg.LimitClass.STAR, lg.LimitClass.MIN

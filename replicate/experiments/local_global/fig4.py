@@ -24,7 +24,12 @@ from pydantic import Field, model_validator
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig, TestEvaluation
 from replicate import analysis, plotting
-from replicate.config import (
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.local_global import canonical_sgd
+from replicate.experiments.local_global import transformer as tf
+from replicate.experiments.local_global.flows import PositiveFloat
+from replicate.markov import binary_kernel, binary_stationary
+from replicate.settings import (
     BinaryChainSettings,
     ModelSettings,
     OpenUnit,
@@ -33,11 +38,6 @@ from replicate.config import (
     Strict,
     TrainingSettings,
 )
-from replicate.experiments.base import Metrics, RunContext
-from replicate.experiments.local_global import canonical_sgd
-from replicate.experiments.local_global import transformer as tf
-from replicate.experiments.local_global.flows import PositiveFloat
-from replicate.markov import binary_kernel, binary_stationary
 from replicate.theory import local_global as lg
 from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 

@@ -23,7 +23,6 @@ from matplotlib.axes import Axes
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import BinaryChainSettings, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global import plot3d
 from replicate.experiments.local_global.flows import (
@@ -33,6 +32,7 @@ from replicate.experiments.local_global.flows import (
     integrate,
     trajectory_frame,
 )
+from replicate.settings import BinaryChainSettings, PositiveInt, Strict
 from replicate.theory import local_global as lg
 
 

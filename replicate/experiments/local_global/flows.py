@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from replicate.config import BinaryChainSettings, Strict
+from replicate.settings import BinaryChainSettings, Strict
 from replicate.theory import local_global as lg
 
 PositiveFloat = Annotated[float, Field(gt=0.0)]

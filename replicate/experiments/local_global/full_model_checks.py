@@ -34,10 +34,10 @@ import numpy as np
 import torch
 
 from lightning_modules import EnsembleGPT, GPTConfig
-from replicate.config import BinaryChainSettings
 from replicate.experiments.base import Metrics
 from replicate.experiments.local_global import transformer as tf
 from replicate.markov import binary_kernel, binary_stationary
+from replicate.settings import BinaryChainSettings
 from replicate.theory import local_global as lg
 
 LENGTH = 6

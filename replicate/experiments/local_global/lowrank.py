@@ -19,7 +19,10 @@ from pydantic import Field
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig
 from replicate import analysis, plotting
-from replicate.config import (
+from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.local_global import transformer as tf
+from replicate.markov import binary_kernel, binary_stationary
+from replicate.settings import (
     BinaryChainSettings,
     ModelSettings,
     OptimSettings,
@@ -27,9 +30,6 @@ from replicate.config import (
     Strict,
     TrainingSettings,
 )
-from replicate.experiments.base import Metrics, RunContext
-from replicate.experiments.local_global import transformer as tf
-from replicate.markov import binary_kernel, binary_stationary
 from replicate.theory.local_global import chain_constants
 from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 

@@ -12,8 +12,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-from replicate.config import BinaryChainSettings
 from replicate.experiments.local_global.flows import CLASS_COLORS
+from replicate.settings import BinaryChainSettings
 from replicate.theory import local_global as lg
 
 

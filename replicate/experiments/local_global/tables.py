@@ -17,12 +17,12 @@ from collections.abc import Callable
 import pandas as pd
 
 from lightning_modules import EnsembleGPT, GPTConfig
-from replicate.config import PositiveInt, Strict
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.hyperparameter_tables import Table2Row, frame_to_markdown
 from replicate.experiments.local_global.fig4 import Fig4Settings
 from replicate.experiments.local_global.transformer import pin_uni_embedding
+from replicate.settings import PositiveInt, Strict
 
 # ============================================================================= Table 1
 TABLE1: dict[str, tuple[str, Callable[[int, int], tuple[int, ...]]]] = {

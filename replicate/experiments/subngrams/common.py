@@ -19,11 +19,11 @@ from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentang
 from lightning_modules.ensemble_module import Probe
 from lightning_modules.objectives import LastTokenLawCE
 from lightning_modules.seeding import member_generator
-from replicate import config, plotting
+from replicate import plotting, settings
 from replicate.analysis.kgram import kgram_estimate, paper_c_kgram_lags
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import RunContext
 from replicate.markov.incontext import InContextSource
+from replicate.settings import PositiveInt, Strict
 from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
 
 
@@ -125,7 +125,7 @@ def kgram_levels(table: pd.DataFrame) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- training
-class TrainingSettings(config.TrainingSettings):
+class TrainingSettings(settings.TrainingSettings):
     """Steps, batch and evaluation cadence (spec C §2.4, §4.0); ``seq_len`` is T."""
 
     gradset_sequences: Annotated[int, Field(ge=0)] = 0  # population gradient (spec C §4.0)

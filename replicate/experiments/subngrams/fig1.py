@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from replicate.config import Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
     ChainSettings,
@@ -37,6 +36,7 @@ from replicate.experiments.subngrams.stages import (
     midpoint_index,
     stages,
 )
+from replicate.settings import Strict
 
 
 class Fig1Settings(Strict):

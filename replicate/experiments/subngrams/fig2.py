@@ -20,9 +20,9 @@ from pydantic import Field
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
 from replicate import plotting
 from replicate.analysis.kgram import kgram_estimate, match_matrix, paper_c_kgram_lags
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import DataSettings, fixed_set
+from replicate.settings import PositiveInt, Strict
 from replicate.theory.subngrams import set_construction
 
 SUPPORT_THRESHOLD = 1e-6  # second-layer weight above which a key counts as attended

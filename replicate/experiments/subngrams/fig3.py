@@ -17,7 +17,6 @@ import torch
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
     ChainSettings,
@@ -40,6 +39,7 @@ from replicate.experiments.subngrams.stages import (
     midpoint_index,
     stages,
 )
+from replicate.settings import Strict
 
 
 class Fig3Settings(Strict):

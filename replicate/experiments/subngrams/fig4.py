@@ -18,7 +18,6 @@ from pydantic import Field
 
 from lightning_modules import LastTokenLawCE
 from replicate import plotting
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
     ChainSettings,
@@ -44,6 +43,7 @@ from replicate.experiments.subngrams.stages import (
     midpoint_index,
     stages,
 )
+from replicate.settings import PositiveInt, Strict
 from replicate.training import TrainedEnsemble, gpt_ensemble
 
 CLAIMED = {

@@ -16,7 +16,6 @@ import pandas as pd
 import torch
 
 from replicate import plotting
-from replicate.config import Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.stages import (
     OFFSETS,
@@ -27,6 +26,7 @@ from replicate.experiments.subngrams.stages import (
     midpoint_index,
     stages,
 )
+from replicate.settings import Strict
 
 
 class Fig5Settings(Strict):

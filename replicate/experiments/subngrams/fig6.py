@@ -15,7 +15,6 @@ import pandas as pd
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
     ChainSettings,
@@ -38,6 +37,7 @@ from replicate.experiments.subngrams.stages import (
     peak_distance,
     stages,
 )
+from replicate.settings import Strict
 
 
 class Fig6Settings(Strict):

@@ -15,7 +15,6 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
     ChainSettings,
@@ -35,6 +34,7 @@ from replicate.experiments.subngrams.stages import (
     gradient_ratio,
     stages,
 )
+from replicate.settings import PositiveInt, Strict
 
 
 class Fig7Settings(Strict):

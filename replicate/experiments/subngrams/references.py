@@ -13,9 +13,9 @@ from typing import Annotated
 import pandas as pd
 from pydantic import Field
 
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import DataSettings, fixed_set, history_losses
+from replicate.settings import PositiveInt, Strict
 
 
 class ReferencesSettings(Strict):

@@ -19,7 +19,7 @@ from replicate.analysis import (
     offset_masses,
     running_median,
 )
-from replicate.config import Strict
+from replicate.settings import Strict
 
 OFFSETS = (0, 1, 2, 3)  # delta of m_h(delta) (spec C §4.0)
 FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (spec C §4.0)

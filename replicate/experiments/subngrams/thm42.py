@@ -23,9 +23,9 @@ from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentang
 from lightning_modules.ensemble_module import population_grad_norm
 from lightning_modules.objectives import LastTokenLawCE
 from replicate import plotting
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import ChainSettings, expand, fixed_set
+from replicate.settings import PositiveInt, Strict
 from replicate.theory.subngrams import set_construction
 
 

@@ -20,11 +20,11 @@ import torch
 
 from lightning_modules.layers import EnsembleLinear, Readout
 from replicate import plotting
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer.darch import eval_set
 from replicate.experiments.two_layer.maps import load_shared, order_source
 from replicate.experiments.two_layer.statistics import map_stats
+from replicate.settings import PositiveInt, Strict
 
 
 class BitsSettings(Strict):

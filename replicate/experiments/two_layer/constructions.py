@@ -15,9 +15,9 @@ from pydantic import Field
 
 from replicate import plotting
 from replicate.analysis import kgram_estimate, order_lags
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import InContextSource
+from replicate.settings import PositiveInt, Strict
 from replicate.theory.two_layer.constructions import Layout, Member, build, triadic_normaliser
 
 GATED = ("2l2h", "2l1h", "3l1h")

@@ -24,10 +24,10 @@ from pydantic import Field
 from lightning_modules import Member, NextTokenCE, OptimConfig
 from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
 from replicate.analysis import kgram_estimate, match_matrix, next_token_nll, order_lags
-from replicate.config import OptimSettings, PositiveInt, Strict, TrainingSettings
 from replicate.experiments.base import RunContext
 from replicate.markov import InContextSource
 from replicate.markov.incontext import true_next_token_nll
+from replicate.settings import OptimSettings, PositiveInt, Strict, TrainingSettings
 from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, train_ensemble
 
 

@@ -27,10 +27,10 @@ from scipy.stats import chisquare
 
 from lightning_modules.layers import L2Norm
 from replicate.analysis import kgram_estimate, next_token_nll, order_lags
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import InContextSource
 from replicate.markov.incontext import context_indices, true_next_token_nll
+from replicate.settings import PositiveInt, Strict
 
 
 class DataSettings(Strict):

@@ -12,12 +12,12 @@ import pandas as pd
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
 from replicate.experiments.two_layer.darch import eval_set, excess_stats
 from replicate.experiments.two_layer.maps import load_shared, order_source
 from replicate.experiments.two_layer.statistics import map_stats
+from replicate.settings import PositiveInt, Strict
 
 
 class Fig1Settings(Strict):

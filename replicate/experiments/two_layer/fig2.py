@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 
 from replicate import plotting
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
 from replicate.experiments.two_layer.darch import eval_set
 from replicate.experiments.two_layer.maps import load_shared, order_source
 from replicate.experiments.two_layer.statistics import layer1_checks, map_stats
+from replicate.settings import PositiveInt, Strict
 from replicate.theory.two_layer.constructions import triadic_normaliser
 
 

@@ -15,8 +15,8 @@ from pydantic import Field
 
 from replicate import plotting
 from replicate.analysis.kgram import kgram_estimate, order_lags
-from replicate.config import OpenUnit, PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
+from replicate.settings import OpenUnit, PositiveInt, Strict
 from replicate.theory.two_layer.gd import (
     GDResult,
     GDSchedule,

@@ -19,7 +19,6 @@ from pydantic import Field
 
 from replicate import plotting
 from replicate.analysis import kgram_estimate, next_token_nll, order_lags
-from replicate.config import PositiveInt, Strict, TrainingSettings
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
@@ -35,6 +34,7 @@ from replicate.experiments.two_layer.darch import (
 )
 from replicate.experiments.two_layer.statistics import MapStats, layer1_checks, map_stats
 from replicate.markov import InContextSource
+from replicate.settings import PositiveInt, Strict, TrainingSettings
 
 
 class OrderRun(Strict):

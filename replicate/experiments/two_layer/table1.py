@@ -15,9 +15,9 @@ import pandas as pd
 from pydantic import Field
 
 from lightning_modules.layers import L2Norm
-from replicate.config import PositiveInt, Strict
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.hyperparameter_tables import frame_to_markdown
+from replicate.settings import PositiveInt, Strict
 from replicate.theory.two_layer import counts
 from replicate.theory.two_layer.constructions import Member, build
 

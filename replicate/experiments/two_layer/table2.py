@@ -14,12 +14,12 @@ import torch
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import PositiveInt, Strict, TrainingSettings
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
 from replicate.experiments.two_layer.darch import darch_config, eval_set, excess_stats, train_darch
 from replicate.experiments.two_layer.maps import load_shared, order_source
 from replicate.experiments.two_layer.statistics import MapStats, map_stats
+from replicate.settings import PositiveInt, Strict, TrainingSettings
 
 
 class Table2Settings(Strict):

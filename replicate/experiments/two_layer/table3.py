@@ -28,7 +28,6 @@ from matplotlib.figure import Figure
 from pydantic import Field
 
 from replicate import plotting
-from replicate.config import OpenUnit, PositiveInt, Strict, TrainingSettings
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer.darch import (
     EvalSet,
@@ -41,6 +40,7 @@ from replicate.experiments.two_layer.maps import MapsSettings, load_shared
 from replicate.experiments.two_layer.statistics import map_stats
 from replicate.markov import InContextSource
 from replicate.markov.incontext import true_next_token_nll
+from replicate.settings import OpenUnit, PositiveInt, Strict, TrainingSettings
 
 Kind = Literal["substitution", "perturbation"]
 

@@ -8,12 +8,12 @@ stripped from the paper come from the authors' sweep files (spec D §5.10 [C]).
 
 from __future__ import annotations
 
-from replicate.config import Strict
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.hyperparameter_tables import Table2Row, frame_to_markdown, table2_frame
 from replicate.experiments.two_layer.darch import darch_config
 from replicate.experiments.two_layer.maps import MapsSettings
+from replicate.settings import Strict
 
 GROUPS = ("data", "architecture", "optimization", "grid", "iterations", "seq_len")
 

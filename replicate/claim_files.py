@@ -1,0 +1,307 @@
+"""The claims: one hand-written file per paper, and the measurements recorded behind them.
+
+``claims/<paper>.yaml`` (the folder is params.yaml's ``claims_dir``) holds what a person
+writes about each claim of one paper: the statement and where the paper makes it, the metric,
+the comparison, the reference and its source, the tolerance per scale, and per scale the
+expected verdict with its reason. It opens with the paper's key and title and lists the
+claims figure by figure, in the paper's order.
+
+``claims/recorded.json`` is written by ``python -m replicate expect`` (`replicate.expect`),
+never by hand: per claim and scale, what the harness measured when the expectation was set
+(the value, how it was measured, the commit and the date). An expectation rests on such a
+recording or, where nothing was measured at that scale (a paper-scale run not made yet), on a
+``basis`` written by hand; never on both. One with neither says so in the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from replicate import io
+from replicate.config import read_yaml_file
+from replicate.params import PAPERS, SCALES, ConfigError, Params, Scale, format_errors
+from replicate.settings import Strict
+
+RECORDED_FILE = "recorded.json"
+NOT_RECORDED = "not recorded yet: run the claim, then `python -m replicate expect {id}`"
+"""The basis shown for an expectation that rests on no recording and no written basis."""
+
+
+class ClaimTolerance(Strict):
+    paper: Annotated[float, Field(ge=0.0)]
+    ci: Annotated[float, Field(ge=0.0)]
+    ci_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _looser_ci_needs_reason(self) -> ClaimTolerance:
+        if self.ci > self.paper and not self.ci_reason:
+            raise ValueError(
+                f"ci tolerance {self.ci} is looser than paper tolerance {self.paper}: "
+                "add ci_reason saying why the reduced scale needs it"
+            )
+        return self
+
+
+Verdict = Literal["holds", "does-not-reproduce", "inconclusive"]
+"""``inconclusive``: the seed-bootstrap interval of the measured value straddles the
+tolerance (`replicate.claims`); never counted as holds or as does-not-reproduce."""
+
+Provenance = Literal["paper", "derived", "proposal", "settings"]
+"""Whose statement a claim checks: the paper's own result; our derivation from it; our
+proposal (a check the paper does not make); or a consistency check of our settings or
+instantiated model against the paper's tables (``settings``)."""
+
+
+class Expectation(Strict):
+    """The hand-written part of an expectation at one scale."""
+
+    verdict: Verdict
+    reason: str | None = None
+    """Why a verdict other than ``holds`` is expected (required then)."""
+    basis: str | None = None
+    """What the expectation rests on where no measurement is recorded for it (the paper's
+    statement, a spec calibration); a recording replaces it."""
+
+    @model_validator(mode="after")
+    def _failure_needs_reason(self) -> Expectation:
+        if self.verdict != "holds" and not self.reason:
+            raise ValueError(f"an expected verdict {self.verdict!r} needs a reason")
+        return self
+
+
+class Recording(Strict):
+    """What the harness measured when an expectation was set (written by `expect`)."""
+
+    basis: str
+    """How it was measured, with the value (and per-seed values and interval)."""
+    measured: float | None = None
+    commit: str | None = None
+    """The commit whose code produced the measurement."""
+    date: str | None = None
+    """The UTC date it was recorded (None: recorded by hand before `expect` existed)."""
+
+
+class MetricRef(Strict):
+    metric: str
+
+
+class SeedAggregate(Strict):
+    """Where a multi-seed claim's per-seed values are, and how they make the measured value.
+
+    ``pattern`` is a metrics.json key with ``{seed}`` where the seed number goes (keys read
+    ``.../seed<s>/...``) and ``*`` for one path segment that varies across groups (cells,
+    chains, tyings). Per group, the per-seed values are reduced with ``over_seeds``; the
+    group values with ``over_groups``. ``indicator``: a per-seed value counts as 1 when it
+    equals this number (e.g. a run class), else 0, so ``mean`` gives a fraction of seeds.
+    The claim's metric must equal this aggregate over all seeds (checked at evaluation).
+    """
+
+    pattern: str
+    over_seeds: Literal["mean", "abs_mean", "median", "max", "min", "sum"]
+    over_groups: Literal["max", "min", "mean", "sum"] | None = None
+    indicator: float | None = None
+
+    @model_validator(mode="after")
+    def _placeholders(self) -> SeedAggregate:
+        if self.pattern.count("{seed}") != 1:
+            raise ValueError("per_seed.pattern needs exactly one '{seed}'")
+        if ("*" in self.pattern) != (self.over_groups is not None):
+            raise ValueError("per_seed.over_groups is needed exactly when the pattern has '*'")
+        return self
+
+
+class Claim(Strict):
+    id: str
+    experiment: str
+    figure: str
+    statement: str
+    source: str
+    provenance: Provenance
+    metric: str
+    comparison: Literal["le", "ge", "close"]
+    reference: float | MetricRef
+    reference_source: str
+    tolerance: ClaimTolerance
+    expected: dict[Scale, Expectation]
+    per_seed: SeedAggregate | None = None
+    """Per-seed values of a multi-seed claim: per-seed verdicts and a seed-bootstrap interval."""
+    note: str | None = None
+    """What a reader must know to trust the verdict (a mislabel in the paper, a variant)."""
+
+    @model_validator(mode="after")
+    def _both_scales(self) -> Claim:
+        missing = [s for s in SCALES if s not in self.expected]
+        if missing:
+            raise ValueError(f"expected verdict missing for scale(s) {missing}")
+        return self
+
+
+class ClaimsFile(Strict):
+    """One paper's claims file. Claims are validated one by one, so errors name the id."""
+
+    paper: str
+    title: str
+    claims: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ClaimSet:
+    """Every claim, papers in order and each paper's in its file's order, with the
+    recorded measurements behind their expectations."""
+
+    claims: list[Claim]
+    recorded: dict[str, dict[str, Recording]]
+    files: list[Path]
+    """The files read: each paper's claims file, and the recordings when present."""
+
+    def recording(self, claim_id: str, scale: str) -> Recording | None:
+        return self.recorded.get(claim_id, {}).get(scale)
+
+    def basis(self, claim: Claim, scale: str) -> str:
+        """What the expectation at ``scale`` rests on: the recording, else the written basis."""
+        recording = self.recording(claim.id, scale)
+        if recording is not None:
+            return recording.basis
+        return claim.expected[scale].basis or NOT_RECORDED.format(id=claim.id)  # type: ignore[index]
+
+
+def claims_file(folder: Path, paper: str) -> Path:
+    return folder / f"{paper}.yaml"
+
+
+def recorded_file(folder: Path) -> Path:
+    return folder / RECORDED_FILE
+
+
+def _claim_label(raw: Any, index: int) -> str:
+    claim_id = raw.get("id") if isinstance(raw, Mapping) else None
+    return f"claim {claim_id}" if isinstance(claim_id, str) else f"claim number {index + 1}"
+
+
+def _read_paper(path: Path, paper: str, params: Params) -> list[Claim]:
+    data = read_yaml_file(path, "claims file")
+    try:
+        document = ClaimsFile.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_errors(err, "", str(path), "claims file")) from err
+    if document.paper != paper:
+        raise ConfigError(f"{path}: paper = {document.paper!r}, but the file is {paper}'s")
+    claims = []
+    for index, raw in enumerate(document.claims):
+        label = _claim_label(raw, index)
+        try:
+            claim = Claim.model_validate(raw)
+        except ValidationError as err:
+            raise ConfigError(format_errors(err, "", f"{path}: {label}", "claim")) from err
+        entry = params.experiments.get(claim.experiment)
+        if entry is None:
+            raise ConfigError(
+                f"{path}: {label}: experiment = {claim.experiment!r} is not defined in "
+                "params.yaml (experiments or derived_experiments)"
+            )
+        if entry.paper != paper:
+            raise ConfigError(
+                f"{path}: {label}: experiment = {claim.experiment!r} belongs to paper "
+                f"{entry.paper}: move the claim to {claims_file(path.parent, entry.paper)}"
+            )
+        claims.append(claim)
+    return claims
+
+
+def _read_recorded(
+    path: Path, claims: Mapping[str, Claim], prune: bool
+) -> dict[str, dict[str, Recording]]:
+    try:
+        data = io.read_json_object(path)
+    except io.MalformedFile as exc:
+        raise ConfigError(str(exc)) from exc
+    recorded: dict[str, dict[str, Recording]] = {}
+    for claim_id, per_scale in data.items():
+        if claim_id not in claims and prune:
+            continue
+        if claim_id not in claims:
+            raise ConfigError(
+                f"{path}: {claim_id}: no claim of that id in any claims file (renamed or "
+                "removed?): `python -m replicate expect --prune` drops such recordings"
+            )
+        if not isinstance(per_scale, dict) or not set(per_scale) <= set(SCALES):
+            raise ConfigError(f"{path}: {claim_id}: must map scales {SCALES} to recordings")
+        recorded[claim_id] = {}
+        for scale, value in per_scale.items():
+            try:
+                recorded[claim_id][scale] = Recording.model_validate(value)
+            except ValidationError as err:
+                label = f"{path}: {claim_id}.{scale}"
+                raise ConfigError(format_errors(err, "", label, "recording")) from err
+            if claims[claim_id].expected[scale].basis:  # type: ignore[index]
+                raise ConfigError(
+                    f"{path}: {claim_id}.{scale}: a measurement is recorded, and the claims "
+                    f"file also gives expected.{scale}.basis: delete that basis (the recording "
+                    "replaces it)"
+                )
+    return recorded
+
+
+def load_claims(params: Params, prune: bool = False) -> ClaimSet:
+    """Every paper's claims file in ``params.claims_dir`` and the recordings beside them.
+
+    A paper without a file has no claims. A file that is no paper's, a claim naming an
+    experiment of another paper or none, a duplicate id and a recording of no claim are
+    ConfigErrors naming the file and the claim's id (``prune``: such a recording is left
+    out instead, for `expect --prune` to write the rest back).
+    """
+    folder = params.claims_dir
+    if not folder.is_dir():
+        raise ConfigError(
+            f"params.yaml: claims_dir = {params.raw.claims_dir!r}: {folder} is not a folder"
+        )
+    known = {claims_file(folder, p).name for p in PAPERS} | {RECORDED_FILE}
+    strays = sorted(p.name for p in folder.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
+    strays = [name for name in strays if name not in known]
+    if strays:
+        raise ConfigError(
+            f"{folder / strays[0]}: not a claims file (expected {', '.join(sorted(known))})"
+        )
+    claims: list[Claim] = []
+    files: list[Path] = []
+    where: dict[str, Path] = {}
+    for paper in PAPERS:
+        path = claims_file(folder, paper)
+        if not path.exists():
+            continue
+        files.append(path)
+        for claim in _read_paper(path, paper, params):
+            if claim.id in where:
+                other = where[claim.id]
+                raise ConfigError(f"{path}: claim {claim.id}: the id is also used in {other}")
+            where[claim.id] = path
+            claims.append(claim)
+    recorded: dict[str, dict[str, Recording]] = {}
+    path = recorded_file(folder)
+    if path.exists():
+        files.append(path)
+        recorded = _read_recorded(path, {c.id: c for c in claims}, prune)
+    return ClaimSet(claims, recorded, files)
+
+
+def render_recorded(recorded: Mapping[str, Mapping[str, Recording]]) -> str:
+    """recorded.json's text: claims by id, scales by name, one key per line."""
+    document = {
+        claim_id: {s: recorded[claim_id][s].model_dump() for s in sorted(recorded[claim_id])}
+        for claim_id in sorted(recorded)
+        if recorded[claim_id]
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_recorded(folder: Path, recorded: Mapping[str, Mapping[str, Recording]]) -> Path:
+    """Replace recorded.json atomically (`replicate.io`)."""
+    path = recorded_file(folder)
+    io.write_text(path, render_recorded(recorded))
+    return path

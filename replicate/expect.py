@@ -1,0 +1,149 @@
+"""Record the measurement behind each expectation: `python -m replicate expect`.
+
+A person sets a claim's expected verdict and its reason in ``claims/<paper>.yaml``; this
+records what the harness measured for it at the active scale, in ``claims/recorded.json``
+(`replicate.claim_files`): the measured value, how it was measured (per-seed values and the
+interval where the claim has them, and the device), the commit and the UTC date. Nothing
+else writes that file, and no person should.
+
+It records only what the commit it names produced. It refuses, naming each claim or file:
+- a working tree with changes to tracked files or untracked files (`git status`), other than
+  dvc.lock and recorded.json themselves: the commit would not be the code that ran;
+- outputs that Snakemake would rerun (older than their code, or produced with other
+  settings: `replicate.record.current_experiments`);
+- a verdict that is ``missing``, or that differs from the claims file's expected verdict:
+  the person changes the expectation (and its reason) first;
+- an expectation whose claims file gives a written ``basis`` at this scale, when the claim
+  is named: a recording replaces it, so the person deletes the basis first (``--all`` skips
+  such claims and says how many).
+"""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from replicate import claims, io
+from replicate.claim_files import Recording, load_claims, recorded_file, write_recorded
+from replicate.params import PROVENANCE_FILE, ConfigError, Params
+from replicate.record import current_experiments
+from replicate.verdicts import ClaimRecord
+
+RECORDED_ELSEWHERE = ("dvc.lock",)
+"""Files a run itself rewrites: changes to them do not make the tree dirty for `expect`."""
+
+
+class RefusedRecording(ConfigError):
+    """`expect` would record a value its commit did not produce, or one nobody expects."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one call recorded: the claims, the commit, and the claims skipped (written basis)."""
+
+    ids: list[str]
+    commit: str
+    skipped: list[str]
+    path: Path
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        result = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError as exc:
+        raise RefusedRecording("git is not installed: no commit to record") from exc
+    if result.returncode != 0:
+        raise RefusedRecording(f"`git {' '.join(args)}` failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def clean_commit(root: Path, recorded: Path) -> str:
+    """HEAD's short hash; RefusedRecording when the tree differs from it (see the module)."""
+    _git(root, "rev-parse", "--is-inside-work-tree")
+    allowed = {*RECORDED_ELSEWHERE, str(recorded.resolve().relative_to(root.resolve()))}
+    changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line[3:]]
+    dirty = [path for path in changed if path not in allowed]
+    if dirty:
+        more = f" and {len(dirty) - 3} more" if len(dirty) > 3 else ""
+        raise RefusedRecording(
+            f"the working tree has uncommitted changes ({', '.join(dirty[:3])}{more}): commit "
+            "them, rerun what they change, then record"
+        )
+    return _git(root, "rev-parse", "--short", "HEAD").strip()
+
+
+def _device(params: Params, experiment: str, root: Path) -> str:
+    """The device the experiment's outputs were made on (provenance.json), e.g. CPU."""
+    path = root / params.experiment(experiment).directory / PROVENANCE_FILE
+    provenance = io.read_json_object(path)
+    return str(provenance.get("device", "cpu")).upper()
+
+
+def describe(record: ClaimRecord, device: str) -> str:
+    """The recorded basis: value, per-seed values and interval where the claim has them."""
+    text = f"measured at {record.scale} scale on {device}: {record.measured:.4g}"
+    if record.interval is not None:
+        seeds = ", ".join(f"seed {s}: {v:.4g}" for s, v in record.seed_values.items())
+        lo, hi = record.interval
+        text += f"; per seed: {seeds}; 95% seed-bootstrap interval [{lo:.4g}, {hi:.4g}]"
+    return text
+
+
+def _problems(record: ClaimRecord) -> str:
+    if record.verdict == "missing":
+        return f"{record.id}: the verdict is missing ({record.note})"
+    if record.verdict != record.expected:
+        return (
+            f"{record.id}: measured {record.verdict} ({record.measured}), but the claims file "
+            f"expects {record.expected} at {record.scale} scale: set the expected verdict and "
+            "its reason first"
+        )
+    return ""
+
+
+def expect(
+    params: Params, ids: list[str] | None, root: Path = Path("."), prune: bool = False
+) -> Recorded:
+    """Record the measurements behind the expectations of ``ids`` (None: every claim) at
+    the active scale, all or none; see the module for what is refused."""
+    claimset = load_claims(params, prune=prune)
+    by_id = {c.id: c for c in claimset.claims}
+    unknown = [i for i in ids or [] if i not in by_id]
+    if unknown:
+        raise ConfigError(f"no claim with id {', '.join(unknown)} in {params.claims_dir}")
+    scale = params.scale
+    chosen = [c for c in claimset.claims if ids is None or c.id in ids]
+    written = [c.id for c in chosen if c.expected[scale].basis]  # type: ignore[index]
+    if ids is not None and written:
+        raise RefusedRecording(
+            f"{', '.join(written)}: the claims file gives expected.{scale}.basis; a recording "
+            "replaces it: delete that basis first"
+        )
+    chosen = [c for c in chosen if c.id not in written]
+    commit = clean_commit(root, recorded_file(params.claims_dir))
+    stale = sorted({c.experiment for c in chosen} - set(current_experiments(params, root)))
+    if stale:
+        raise RefusedRecording(
+            f"the outputs of {', '.join(stale)} are not current (older than their code, "
+            f"missing, or made with other settings): run `snakemake {' '.join(stale)}` first"
+        )
+    records = {r.id: r for r in claims.evaluate(params, root, claimset)}
+    problems = [p for p in (_problems(records[c.id]) for c in chosen) if p]
+    if problems:
+        raise RefusedRecording("nothing recorded:\n  " + "\n  ".join(problems))
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    recorded = {claim_id: dict(per_scale) for claim_id, per_scale in claimset.recorded.items()}
+    for claim in chosen:
+        record = records[claim.id]
+        recorded.setdefault(claim.id, {})[scale] = Recording(
+            basis=describe(record, _device(params, claim.experiment, root)),
+            measured=record.measured,
+            commit=commit,
+            date=today,
+        )
+    path = write_recorded(params.claims_dir, recorded)
+    return Recorded([c.id for c in chosen], commit, written, path)

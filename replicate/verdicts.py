@@ -1,0 +1,90 @@
+"""What a claim's verdict record holds, where the records are stored, and their tallies.
+
+`replicate.claims` makes the records (one `ClaimRecord` per claim), `replicate.report`
+renders them; both read this module, neither reads the other's internals.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replicate import io
+from replicate.params import PAPERS
+
+CLAIMS_FILE = Path("results/claims.json")
+REPORT_FILE = Path("results/REPORT.md")
+VERDICTS_DIR = Path("results/verdicts")
+"""One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
+VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
+
+
+@dataclass
+class ClaimRecord:
+    id: str
+    paper: str
+    experiment: str
+    figure: str
+    statement: str
+    metric: str
+    comparison: str
+    measured: float | None
+    reference: float | None
+    tolerance: float
+    scale: str
+    verdict: str
+    expected: str
+    expected_reason: str | None
+    expected_basis: str
+    matches_expectation: bool
+    provenance: str
+    source: str
+    reference_source: str
+    note: str
+    expected_measured: float | None = None
+    expected_commit: str | None = None
+    other_scale: str = ""
+    other_expected: str = ""
+    other_expected_reason: str | None = None
+    seed_values: dict[str, float] = field(default_factory=dict)
+    seed_verdicts: dict[str, str] = field(default_factory=dict)
+    interval: list[float] | None = None
+    point_verdict: str = ""
+    """The verdict of the measured value alone (before the seed-bootstrap interval)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def unexpected(records: list[ClaimRecord]) -> list[ClaimRecord]:
+    return [r for r in records if not r.matches_expectation]
+
+
+def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:
+    """The per-paper verdict summaries `write_claims` writes, one per paper, always all."""
+    return [root / VERDICTS_DIR / f"{paper}.json" for paper in PAPERS]
+
+
+def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
+    """Counts of one paper's claims, the same keys for every paper: ``claims``, one per
+    verdict (``does_not_reproduce`` for does-not-reproduce) and ``unexpected``."""
+    recs = [r for r in records if r.paper == paper]
+    return {
+        "claims": len(recs),
+        **{v.replace("-", "_"): sum(r.verdict == v for r in recs) for v in VERDICTS},
+        "unexpected": sum(not r.matches_expectation for r in recs),
+    }
+
+
+def load_records(root: Path = Path(".")) -> list[ClaimRecord]:
+    """The records stored in claims.json: FileNotFoundError when it is absent, else
+    `io.MalformedFile` when it holds no list of claim records."""
+    try:
+        data = json.loads((root / CLAIMS_FILE).read_text())
+        return [ClaimRecord(**row) for row in data]
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, TypeError) as exc:
+        raise io.MalformedFile(f"{CLAIMS_FILE}: not a list of claim records ({exc})") from exc

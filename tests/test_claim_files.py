@@ -1,0 +1,227 @@
+"""The claims files (claims/<paper>.yaml, claims/recorded.json) and `python -m replicate expect`.
+
+Loading: the repository's files read in the papers' order and figure by figure; each fault
+is named by file and claim id. Recording: `expect` writes what the current outputs measure,
+with the commit and date, only from a clean tree, only for a verdict the claims file expects,
+never over a written basis; the report then shows the recording.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from replicate import claims
+from replicate.claim_files import NOT_RECORDED, load_claims
+from replicate.cli import main
+from replicate.config import load_params
+from replicate.expect import RefusedRecording, expect
+from replicate.params import PAPERS, ConfigError
+
+from .conftest import CLAIMS_DIR, PARAMS_FILE, claim_dict, params_with_claims
+from .test_claims import CLAIM_ID, _stuck, _write_outputs
+
+PAPER_TITLES = {
+    "attn_markov": "Attention with Markov",
+    "local_global": "Local to Global",
+    "subngrams": "Sub-n-grams Are Near-stationary Points",
+    "two_layer": "Two-Layer Transformers Provably Represent Induction Heads",
+}
+
+
+# ----------------------------------------------------------------------------- the repository's
+def test_each_paper_has_a_file_that_opens_with_its_title() -> None:
+    for paper in PAPERS:
+        text = (CLAIMS_DIR / f"{paper}.yaml").read_text()
+        assert PAPER_TITLES[paper] in text.splitlines()[0]
+        assert yaml.safe_load(text)["paper"] == paper
+
+
+def test_claims_read_in_the_papers_order_grouped_by_experiment() -> None:
+    params = load_params(PARAMS_FILE)
+    claimset = load_claims(params)
+    papers = [params.experiment(c.experiment).paper for c in claimset.claims]
+    assert papers == sorted(papers, key=PAPERS.index)
+    experiments = [c.experiment for c in claimset.claims]
+    groups = [e for i, e in enumerate(experiments) if i == 0 or experiments[i - 1] != e]
+    assert len(groups) == len(set(groups)), "an experiment's claims are not contiguous"
+
+
+def test_no_hand_edited_claims_file_holds_a_recorded_measurement() -> None:
+    """Recorded values live in recorded.json only: the claims files have no such keys."""
+    for paper in PAPERS:
+        for claim in yaml.safe_load((CLAIMS_DIR / f"{paper}.yaml").read_text())["claims"]:
+            for scale, expectation in claim["expected"].items():
+                assert set(expectation) <= {"verdict", "reason", "basis"}, (claim["id"], scale)
+
+
+def test_every_ci_expectation_rests_on_a_recording_or_a_written_basis() -> None:
+    params = load_params(PARAMS_FILE, scale="ci")
+    claimset = load_claims(params)
+    for claim in claimset.claims:
+        assert claimset.basis(claim, "ci") != NOT_RECORDED.format(id=claim.id), claim.id
+
+
+# ----------------------------------------------------------------------------- faults, by name
+def _without_reason(expectation: dict) -> None:
+    expectation["verdict"] = "does-not-reproduce"
+    expectation.pop("reason", None)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needles"),
+    [
+        (
+            lambda c: c["tolerance"].update(ci=0.5, paper=0.1),
+            ["tolerance", "looser than paper", "ci_reason"],
+        ),
+        (lambda c: _without_reason(c["expected"]["ci"]), ["expected.ci", "needs a reason"]),
+        (lambda c: c.update(experiment="attn_markov_fig99"), ["attn_markov_fig99", "not defined"]),
+        (lambda c: c.update(comparison="about"), ["comparison = 'about'"]),
+    ],
+)
+def test_a_bad_claim_is_named_by_file_and_id(
+    tmp_path: Path, params_dict: dict, mutate, needles
+) -> None:
+    claim = claim_dict(CLAIM_ID)
+    mutate(claim)
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    document = {"paper": "attn_markov", "title": "A", "claims": [claim]}
+    (folder / "attn_markov.yaml").write_text(yaml.safe_dump(document))
+    path = params_with_claims(tmp_path, params_dict, [])
+    with pytest.raises(ConfigError) as info:
+        load_claims(load_params(path))
+    message = str(info.value)
+    assert f"claims/attn_markov.yaml: claim {CLAIM_ID}" in message
+    for needle in needles:
+        assert needle in message
+
+
+def test_a_claim_in_another_papers_file_and_a_duplicate_id(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    claim = claim_dict(CLAIM_ID)
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    document = {"paper": "local_global", "title": "B", "claims": [claim]}
+    (folder / "local_global.yaml").write_text(yaml.safe_dump(document))
+    path = params_with_claims(tmp_path, params_dict, [])
+    with pytest.raises(ConfigError, match="belongs to paper attn_markov: move the claim"):
+        load_claims(load_params(path))
+    (folder / "local_global.yaml").unlink()
+    params_with_claims(tmp_path, params_dict, [claim, copy.deepcopy(claim)])
+    with pytest.raises(ConfigError, match=f"claim {CLAIM_ID}: the id is also used in"):
+        load_claims(load_params(path))
+
+
+def test_a_stray_file_a_missing_folder_and_recordings_that_do_not_fit(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    path = params_with_claims(tmp_path, params_dict, [claim_dict(CLAIM_ID)])
+    params = load_params(path)
+    (tmp_path / "claims" / "attn-markov.yaml").write_text("claims: []\n")
+    with pytest.raises(ConfigError, match=r"attn-markov\.yaml: not a claims file"):
+        load_claims(params)
+    (tmp_path / "claims" / "attn-markov.yaml").unlink()
+    recorded = tmp_path / "claims" / "recorded.json"
+    recorded.write_text(json.dumps({"A-gone": {"ci": {"basis": "measured"}}}))
+    with pytest.raises(ConfigError, match="A-gone: no claim of that id"):
+        load_claims(params)
+    assert load_claims(params, prune=True).recorded == {}
+    recorded.write_text(json.dumps({CLAIM_ID: {"paper": {"basis": "measured"}}}))
+    with pytest.raises(ConfigError, match="delete that basis"):  # the paper basis is written
+        load_claims(params)
+    recorded.write_text(json.dumps({CLAIM_ID: {"ci": {"basis": "m", "measured": "x"}}}))
+    with pytest.raises(ConfigError, match=f"{CLAIM_ID}.ci"):
+        load_claims(params)
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(yaml.safe_dump({**params_dict, "claims_dir": "nowhere"}))
+    with pytest.raises(ConfigError, match=r"claims_dir = 'nowhere': .*nowhere is not a folder"):
+        load_claims(load_params(moved))
+
+
+# ----------------------------------------------------------------------------- expect
+def _git(root: Path, *args: str) -> str:
+    env_args = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
+    done = subprocess.run(
+        ["git", *env_args, *args], cwd=root, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def project(tmp_path: Path, params_dict: dict) -> Path:
+    """A git project with CLAIM_ID alone, its ci basis left to a recording, and Fig. 3's
+    outputs measuring it (frac_unigram 1: holds)."""
+    claim = claim_dict(CLAIM_ID)
+    claim["expected"]["ci"] = {"verdict": "holds"}
+    path = params_with_claims(tmp_path, params_dict, [claim])
+    for output in load_params(path).experiment("attn_markov_fig3").output_paths:
+        (tmp_path / output).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / output).touch()  # complete outputs: Snakemake would not rerun them
+    _write_outputs(tmp_path, _stuck(1.0))
+    (tmp_path / ".gitignore").write_text("results/\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "claims")
+    return path
+
+
+def test_expect_records_value_commit_and_date_and_the_report_shows_them(project: Path) -> None:
+    root = project.parent
+    params = load_params(project, scale="ci")
+    (before,) = claims.evaluate(params, root)
+    assert before.expected_basis == NOT_RECORDED.format(id=CLAIM_ID)
+    done = expect(params, [CLAIM_ID], root)
+    head = _git(root, "rev-parse", "--short", "HEAD")
+    assert (done.ids, done.commit) == ([CLAIM_ID], head)
+    entry = json.loads((root / "claims/recorded.json").read_text())[CLAIM_ID]["ci"]
+    assert entry["measured"] == 1.0 and entry["commit"] == head
+    assert entry["date"] == datetime.datetime.now(datetime.UTC).date().isoformat()
+    assert entry["basis"].startswith("measured at ci scale on CPU: 1; per seed: seed 0: 1,")
+    assert "95% seed-bootstrap interval [1, 1]" in entry["basis"]
+    (after,) = claims.evaluate(params, root)
+    assert (after.expected_measured, after.expected_commit) == (1.0, head)
+    assert after.expected_basis == entry["basis"]
+
+
+def test_expect_refuses_a_dirty_tree_and_an_unexpected_verdict(project: Path) -> None:
+    root = project.parent
+    params = load_params(project, scale="ci")
+    (root / "notes.txt").write_text("uncommitted\n")
+    with pytest.raises(RefusedRecording, match=r"uncommitted changes \(notes.txt\)"):
+        expect(params, [CLAIM_ID], root)
+    (root / "notes.txt").unlink()
+    _write_outputs(root, _stuck(0.0))  # the measurement no longer gives the expected verdict
+    with pytest.raises(RefusedRecording, match=r"measured does-not-reproduce .* expects holds"):
+        expect(params, [CLAIM_ID], root)
+    assert not (root / "claims/recorded.json").exists()  # nothing was written
+
+
+def test_expect_refuses_stale_outputs(project: Path) -> None:
+    root = project.parent
+    data = yaml.safe_load(project.read_text())
+    data["experiments"]["attn_markov_fig3"]["settings"]["ci"]["training"]["steps"] += 1
+    project.write_text(yaml.safe_dump(data, sort_keys=False))
+    _git(root, "commit", "-q", "-am", "one more step")
+    with pytest.raises(RefusedRecording, match="outputs of attn_markov_fig3 are not current"):
+        expect(load_params(project, scale="ci"), [CLAIM_ID], root)
+
+
+def test_expect_will_not_record_over_a_written_basis(project: Path, monkeypatch, capsys) -> None:
+    root = project.parent
+    monkeypatch.chdir(root)
+    args = ["--params", str(project), "--scale", "paper", "expect"]
+    with pytest.raises(RefusedRecording, match=r"gives expected\.paper\.basis"):
+        expect(load_params(project, scale="paper"), [CLAIM_ID], root)
+    assert main([*args, "--all"]) == 0  # the only claim is skipped, and said to be
+    assert "skipped 1 claim(s) whose expectation gives a written basis" in capsys.readouterr().out
+    assert main(args) == 2  # neither ids nor --all
+    assert main(["--params", str(project), "--scale", "ci", "expect", "A-none"]) == 2
