@@ -29,6 +29,7 @@ from replicate import claims, io
 from replicate.claim_files import Recording, load_claims, recorded_file, write_recorded
 from replicate.params import PROVENANCE_FILE, ConfigError, Params
 from replicate.record import current_experiments
+from replicate.report import value_text
 from replicate.verdicts import ClaimRecord
 
 RECORDED_ELSEWHERE = ("dvc.lock",)
@@ -85,11 +86,13 @@ def _device(params: Params, experiment: str, root: Path) -> str:
 
 def describe(record: ClaimRecord, device: str) -> str:
     """The recorded basis: value, per-seed values and interval where the claim has them."""
-    text = f"measured at {record.scale} scale on {device}: {record.measured:.4g}"
+    text = f"measured at {record.scale} scale on {device}: {value_text(record.measured, record)}"
     if record.interval is not None:
-        seeds = ", ".join(f"seed {s}: {v:.4g}" for s, v in record.seed_values.items())
-        lo, hi = record.interval
-        text += f"; per seed: {seeds}; 95% seed-bootstrap interval [{lo:.4g}, {hi:.4g}]"
+        seeds = ", ".join(
+            f"seed {s}: {value_text(v, record)}" for s, v in record.seed_values.items()
+        )
+        lo, hi = (value_text(end, record) for end in record.interval)
+        text += f"; per seed: {seeds}; 95% seed-bootstrap interval [{lo}, {hi}]"
     return text
 
 

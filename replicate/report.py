@@ -37,6 +37,35 @@ def _fmt(value: object) -> str:
     return _cell(json.dumps(value))
 
 
+def bounds(r: ClaimRecord) -> list[float]:
+    """The thresholds of a claim's condition: reference + tolerance (le), reference -
+    tolerance (ge), or both (close); none while the reference is missing."""
+    if r.reference is None:
+        return []
+    return {
+        "le": [r.reference + r.tolerance],
+        "ge": [r.reference - r.tolerance],
+        "close": [r.reference - r.tolerance, r.reference + r.tolerance],
+    }[r.comparison]
+
+
+def value_text(value: float | None, r: ClaimRecord) -> str:
+    """``value`` to 4 significant digits, or as many more as it takes for the printed
+    number to lie on the same side of each of the claim's thresholds as the value itself
+    (issue 20: 0.94995 printed as 0.95 looked as if it met ``≥ 0.95``)."""
+    if value is None:
+        return _fmt(value)
+
+    def side(x: float, bound: float) -> int:
+        return (x > bound) - (x < bound)
+
+    for digits in range(4, 18):
+        text = f"{value:.{digits}g}"
+        if all(side(float(text), b) == side(value, b) for b in bounds(r)):
+            return text
+    return repr(value)
+
+
 def _cell(text: str) -> str:
     """Table-safe text: a literal '|' would end the Markdown cell."""
     return text.replace("|", "\\|")
@@ -76,9 +105,10 @@ def _seeds(r: ClaimRecord) -> str:
     if r.interval is None:
         return "—"
     per_seed = " ".join(
-        f"s{s}{SHORT[r.seed_verdicts[s]]}{_fmt(v)}" for s, v in r.seed_values.items()
+        f"s{s}{SHORT[r.seed_verdicts[s]]}{value_text(v, r)}" for s, v in r.seed_values.items()
     )
-    return f"{per_seed}; 95% [{_fmt(r.interval[0])}, {_fmt(r.interval[1])}]"
+    lo, hi = (value_text(end, r) for end in r.interval)
+    return f"{per_seed}; 95% [{lo}, {hi}]"
 
 
 def _claims_table(records: list[ClaimRecord]) -> list[str]:
@@ -90,7 +120,7 @@ def _claims_table(records: list[ClaimRecord]) -> list[str]:
     for r in records:
         lines.append(
             f"| `{r.id}` | {r.provenance} | {_cell(r.figure)} | {_cell(r.statement)} "
-            f"| {_fmt(r.measured)} | {_condition(r)} | {_seeds(r)} "
+            f"| {value_text(r.measured, r)} | {_condition(r)} | {_seeds(r)} "
             f"| **{r.verdict}** | {_cell(_expected(r))} | {r.other_scale}: {r.other_expected} "
             f"| {_status(r)} |"
         )

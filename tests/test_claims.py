@@ -256,3 +256,19 @@ def test_report_separates_provenance_and_shows_seeds(tmp_path: Path, params_dict
     assert "| the papers' results (`paper`) | 1 | 0 | 0 | 1 | 0 | 1 |" in report
     assert "s2✗0.0052" in report and "95% [" in report
     assert "| paper |" in report and "paper: holds" in report  # provenance, other scale
+
+
+def test_report_prints_enough_digits_to_show_the_side_of_the_threshold(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """0.0049996 <= 0.005 holds; at 4 digits it would print as the bound itself."""
+    from replicate.report import render_report, value_text
+
+    params = _seed_params(tmp_path, params_dict, MAX_DELTA)
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0049996]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "holds"
+    report = render_report([r], params, tmp_path)
+    assert "| 0.0049996 | ≤ 0.005 |" in report and "s2✓0.0049996;" in report
+    assert "s0✓0.001 " in report  # far from the bound: 4 digits as before
+    assert value_text(0.0050004, r) == "0.0050004" and value_text(0.0051, r) == "0.0051"
