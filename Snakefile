@@ -6,24 +6,31 @@
 #   snakemake --profile profiles/slurm ...           the same DAG as SLURM jobs
 #   snakemake --report report.zip                    figures, captions and claims for a reviewer
 # profiles/default (read automatically) sets cores, rerun-incomplete and printing.
+import copy
 import json
 import sys
 
+from snakemake.utils import update_config
+
 from replicate.claim_files import load_claims
 from replicate.claims import input_files
-from replicate.config import load_params
+from replicate.config import DEFAULT_PARAMS, load_params, read_params_file
 from replicate.experiments import code_dependencies
 from replicate.params import ConfigError, ResourceRequest, value_at
-from replicate.verdicts import verdict_summary_paths
+from replicate.verdicts import CLAIMS_FILE, REPORT_FILE, verdict_summary_paths
 from replicate.plan import critical_path_seconds, expected_seconds, read_resources
 from replicate.record import record_in_dvc
 
-configfile: "params.yaml"
-
 report: "report/workflow.rst"
 
+# params.yaml is read by the project's loader, not by `configfile:` (which would accept a key
+# given twice and report a syntax error without its line). Snakemake starts `config` with the
+# --config values; they go on top of the file's, as `configfile:` would put them.
+COMMAND_LINE = copy.deepcopy(config)
 try:
-    PARAMS = load_params(config)
+    update_config(config, read_params_file(DEFAULT_PARAMS))
+    update_config(config, COMMAND_LINE)
+    PARAMS = load_params(config, overrides=COMMAND_LINE)
     CLAIMS = load_claims(PARAMS)
 except ConfigError as exc:
     sys.exit(f"error: {exc}")
@@ -43,6 +50,7 @@ PRIORITY_SECONDS = critical_path_seconds(
 localrules:
     all,
     claims,
+    claims_report,
 
 
 def values_of(keys):
@@ -55,6 +63,9 @@ def values_of(keys):
 
 def outputs_of(names):
     return [str(path) for name in names for path in EXPERIMENTS[name].output_paths]
+
+
+CLAIMS_OUTPUTS = [str(p) for p in (CLAIMS_FILE, REPORT_FILE, *verdict_summary_paths())]
 
 
 # Snakemake renders a caption with the workflow's config alone: the claims the captions list
@@ -100,8 +111,7 @@ def grouped(attribute):
 rule all:
     input:
         outputs_of(EXPERIMENTS),
-        "results/claims.json",
-        "results/REPORT.md",
+        CLAIMS_OUTPUTS,
     default_target: True
     log:
         "logs/all.log",
@@ -149,7 +159,7 @@ for group_name, names in sorted({**grouped("item"), **grouped("paper")}.items())
             outputs_of(names),
 
 
-rule claims_report:
+rule claims_evaluation:
     input:
         # params.yaml whole (the claims step validates every experiment at both scales) and
         # the claims files (the DVC stage has them as deps too, replicate/dvcfile.py).
@@ -157,19 +167,29 @@ rule claims_report:
         code_dependencies(None),
         outputs_of(EXPERIMENTS),
     output:
-        report("results/claims.json", caption="report/claims.rst", category="claims"),
-        report("results/REPORT.md", caption="report/claims.rst", category="claims"),
-        [str(path) for path in verdict_summary_paths()],
+        report(CLAIMS_OUTPUTS[0], caption="report/claims.rst", category="claims"),
+        report(CLAIMS_OUTPUTS[1], caption="report/claims.rst", category="claims"),
+        CLAIMS_OUTPUTS[2:],
     log:
-        "logs/claims_report.log",
+        "logs/claims_evaluation.log",
     threads: 1
     shell:
         f"{PY} claims > {{log}} 2>&1"
 
 
+# The targets for the claims list every experiment output as well, as `all` does: Snakemake
+# remakes a deleted file only when a target needs it, not when only the files made from it
+# (the claims) do, so an output deleted since would otherwise go unnoticed (issue 23).
+rule claims_report:
+    input:
+        outputs_of(EXPERIMENTS),
+        CLAIMS_OUTPUTS,
+
+
 rule claims:
     input:
-        "results/claims.json",
+        outputs_of(EXPERIMENTS),
+        CLAIMS_OUTPUTS,
     log:
         "logs/claims.log",
     shell:

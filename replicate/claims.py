@@ -189,6 +189,13 @@ def seed_bootstrap(values: np.ndarray, spec: SeedAggregate) -> tuple[float, floa
 Outputs = dict[str, tuple[dict[str, Any] | None, str]]
 
 
+def rerun_advice(name: str) -> str:
+    """The command that remakes experiment ``name``'s outputs and the claims. Snakemake does
+    not rerun a job whose outputs are present and newer than its inputs, however broken
+    their content, so a bare `snakemake NAME` would do nothing: ``--forcerun`` makes it."""
+    return f"rerun it with `snakemake claims --forcerun {name}`"
+
+
 def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
     """Per experiment: (metrics or None, note explaining why they are unusable); and one
     line per malformed file (`read_json_object`)."""
@@ -206,7 +213,7 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
             continue
         except io.MalformedFile as exc:
             errors.append(str(exc))
-            loaded[name] = (None, f"{exc}: rerun `{name}`")
+            loaded[name] = (None, f"{exc}; {rerun_advice(name)}")
             continue
         if provenance.get("scale") != params.scale:
             loaded[name] = (
@@ -217,7 +224,7 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
             continue
         differ = differences(name, params, provenance)
         if differ:  # e.g. restored by `dvc checkout` from a commit with other settings
-            loaded[name] = (None, "; ".join(differ) + f": rerun `{name}`")
+            loaded[name] = (None, "; ".join([*differ, rerun_advice(name)]))
             continue
         loaded[name] = (metrics, "")
     return loaded, errors
@@ -269,7 +276,7 @@ def evaluate_claim(
         else:
             reference = float(claim.reference)
         if problem:
-            note = f"{metrics_file}: {problem}"
+            note = f"{metrics_file}: {problem}; {rerun_advice(claim.experiment)}"
     seed_values: dict[str, float] = {}
     seed_verdicts: dict[str, str] = {}
     interval = None

@@ -1,5 +1,5 @@
-"""Command line: `python -m replicate {list,run,claims,check,expect,plan}` (Snakemake calls
-run, claims and check).
+"""Command line: `python -m replicate {list,run,claims,check,expect,record,plan}` (Snakemake
+calls run, claims and check).
 
 The options --params and --scale go before or after the subcommand.
 """
@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     expect.add_argument(
         "--prune", action="store_true", help="drop recordings of claims that no longer exist"
     )
+    command("record", help="record in dvc.lock every stage whose outputs are current")
     plan = command(
         "plan",
         help="cost plan: calibrate every rule (trainings cut to a few steps), print model-steps, "
@@ -119,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         # cannot fail again, and exit 1.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        if exc.filename is None:  # no file to name: the traceback is all there is
+            raise
+        print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
 
 
@@ -200,6 +206,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _plan(args)
     if args.command == "expect":
         return _expect(args)
+    if args.command == "record":
+        return _record(args)
 
     from replicate import claims, io, verdicts
 
@@ -283,6 +291,21 @@ def _expect(args: argparse.Namespace) -> int:
             f"skipped {len(recorded.skipped)} claim(s) whose expectation gives a written basis "
             f"at {params.scale} scale (delete it to record one): {', '.join(recorded.skipped)}"
         )
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from dvc.exceptions import DvcException
+
+    from replicate.record import record
+
+    params = load_params(args.params, scale=args.scale)
+    try:
+        stages = record(params)
+    except DvcException as exc:
+        print(f"error: dvc.lock not updated: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    print(f"{len(stages)} stage(s) current")
     return 0
 
 

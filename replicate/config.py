@@ -62,9 +62,21 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: 
         return super().construct_mapping(node, deep)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what: ``line L, column C: problem (context, line L)``, one line."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    if exc.context:
+        where = f", line {exc.context_mark.line + 1}" if exc.context_mark is not None else ""
+        text += f" ({exc.context}{where})"
+    return text
+
+
 def read_yaml_file(path: Path, what: str = "parameters file") -> Any:
     """Parse a YAML file (``what`` it is, for errors); an unreadable file or a YAML syntax
-    error becomes a ConfigError."""
+    error becomes a one-line ConfigError naming the file, line and column."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -72,7 +84,7 @@ def read_yaml_file(path: Path, what: str = "parameters file") -> Any:
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path} is not valid YAML: {_yaml_problem(exc)}") from exc
 
 
 def read_params_file(path: Path = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -115,14 +127,26 @@ def _settings_validator(source: str) -> SettingsValidator:
     return validated
 
 
+def _key_paths(overrides: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted key paths of the leaves of ``overrides`` (``{"a": {"b": 1}}``: ``a.b``)."""
+    paths: list[str] = []
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        paths += _key_paths(value, f"{path}.") if isinstance(value, Mapping) and value else [path]
+    return paths
+
+
 def load_params(
     source: Mapping[str, Any] | Path | str = DEFAULT_PARAMS,
     scale: str | None = None,
     only: Collection[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> Params:
     """Validate params (a path, or the dict Snakemake built from it) at ``scale``.
 
     ``scale`` overrides the file's own ``scale`` key (as ``--config scale=paper`` does).
+    ``overrides``: the values Snakemake's ``--config`` put into the dict; an invalid one is
+    reported as the option's, not the file's.
     ``only``: validate the settings of just these experiments now (a job running one of
     them imports only its paper's code, issue 13); the others are validated by
     `Params.settings` on first use. None: every experiment, now. Relative paths in the file
@@ -140,7 +164,9 @@ def load_params(
     try:
         raw = ParamsFile.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_errors(err, "", name)) from err
+        raise ConfigError(
+            format_errors(err, "", name, overridden=_key_paths(overrides or {}))
+        ) from err
 
     checked = list(raw.all_experiments) if only is None else list(only)
     _check_implemented([n for n in checked if n in raw.all_experiments], name)

@@ -43,12 +43,20 @@ def _temp_file(path: Path) -> Path:
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` through ``write`` on a temporary file. An operating-system error (a
+    full disk, a read-only folder) names ``path``, not the temporary file or nothing."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_file(path)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -9,7 +9,7 @@ model is looked up by the loader, which hands `Params` the function that validat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -307,12 +307,37 @@ def value_at(data: Mapping[str, Any], key: str) -> Any:
     return node
 
 
-def format_errors(err: ValidationError, prefix: str, source: str, what: str = "parameters") -> str:
-    """One line per validation error: the key path under ``prefix``, the value, the problem."""
-    lines = [f"{source}: invalid {what}"]
+def _error_line(path: str, error: Mapping[str, Any]) -> str:
+    """``path = value: problem``; without the value where it says nothing (a missing key,
+    whose input is the mapping around it; an error about a whole mapping)."""
+    if error["type"] == "missing":
+        return f"{path}: missing (required)"
+    value = error.get("input")
+    shown = path if isinstance(value, dict) else f"{path} = {value!r}"
+    return f"{shown}: {error['msg']}" if shown else str(error["msg"])
+
+
+def _within(path: str, keys: Collection[str]) -> bool:
+    return any(path == k or path.startswith(f"{k}.") for k in keys)
+
+
+def format_errors(
+    err: ValidationError,
+    prefix: str,
+    source: str,
+    what: str = "parameters",
+    overridden: Collection[str] = (),
+) -> str:
+    """One line per validation error: the key path under ``prefix``, the value, the problem.
+
+    ``overridden``: the dotted key paths given on the command line (``--config``); an error
+    at or under one of them is that option's, not ``source``'s.
+    """
+    errors = []
     for e in err.errors():
-        value = e.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
         path = ".".join([prefix, *map(str, e["loc"])] if prefix else map(str, e["loc"]))
-        lines.append(f"  {path} = {shown}: {e['msg']}")
-    return "\n".join(lines)
+        errors.append(("--config" if _within(path, overridden) else source, _error_line(path, e)))
+    sources = list(dict.fromkeys(origin for origin, _ in errors))
+    mixed = len(sources) > 1
+    lines = [f"  {line} ({origin})" if mixed else f"  {line}" for origin, line in errors]
+    return "\n".join([f"{' and '.join(sources)}: invalid {what}", *lines])

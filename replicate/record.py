@@ -8,12 +8,19 @@ every input, produced with params.yaml's values (provenance.json, or for the cla
 stored claims equal a fresh evaluation). A stage Snakemake would rerun is left as DVC last
 recorded it, so `dvc status` still calls it changed. Under `dvc repro` (``DVC_STAGE`` set)
 DVC records the stage itself and nothing is done here.
+
+Two `snakemake` runs of different targets may share a checkout (issue 23): their records
+then take turns at DVC's repository lock, each waiting up to `LOCK_WAIT_SECONDS` for the
+other. A record that still fails is one warning line, never a failed run: its job is done,
+and the next record (the next `snakemake` run that runs a job, or `python -m replicate
+record`) commits every current stage, those missed included.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,6 +29,10 @@ from replicate.claim_files import load_claims
 from replicate.experiments import code_dependencies
 from replicate.params import Params
 from replicate.provenance import mismatches
+
+LOCK_WAIT_SECONDS = 300.0
+"""How long a record waits for DVC's repository lock: another run's record holds it for
+seconds, a `dvc` command in the same checkout as long as it runs."""
 
 
 def _newer_than_inputs(outputs: Iterable[Path], inputs: Iterable[Path]) -> bool:
@@ -66,17 +77,62 @@ def claims_current(params: Params, root: Path = Path(".")) -> bool:
     return [r.to_json() for r in stored] == [r.to_json() for r in fresh]
 
 
-def record_in_dvc(params: Params, root: Path = Path(".")) -> list[str]:
-    """`dvc commit` the current stages (none under `dvc repro`, or outside a DVC project)."""
+def record(params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECONDS) -> list[str]:
+    """`dvc commit` the current stages (none under `dvc repro`, or outside a DVC project),
+    waiting up to ``wait`` seconds for DVC's lock; DVC's error when that fails."""
     if "DVC_STAGE" in os.environ or not (root / ".dvc").is_dir():
         return []
     stages = current_experiments(params, root)
     if len(stages) == len(params.experiments) and claims_current(params, root):
         stages.append("claims")
     if stages:
-        _commit(root, stages, every=len(stages) == len(params.experiments) + 1)
-        print(f"recorded {len(stages)} stage(s) in dvc.lock", file=sys.stderr)
+        every = len(stages) == len(params.experiments) + 1
+        waited = _commit_when_unlocked(root, stages, every, wait)
+        after = f" (after {waited:.0f} s waiting for DVC's lock)" if waited >= 1 else ""
+        print(f"recorded {len(stages)} stage(s) in dvc.lock{after}", file=sys.stderr)
     return stages
+
+
+def record_in_dvc(
+    params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECONDS
+) -> list[str]:
+    """`record`, as Snakemake's ``onsuccess`` and ``onerror`` call it: a failure is one
+    warning line, not an exception (which would fail a run whose jobs are done)."""
+    from dvc.exceptions import DvcException
+
+    try:
+        return record(params, root, wait)
+    except (DvcException, OSError) as exc:
+        print(
+            f"warning: dvc.lock not updated ({' '.join(str(exc).split())}); the next "
+            "`snakemake` run that runs a job records it, or `python -m replicate record`",
+            file=sys.stderr,
+        )
+        return []
+
+
+def _commit_when_unlocked(root: Path, stages: list[str], every: bool, wait: float) -> float:
+    """`_commit`, tried again while another process holds DVC's lock (each try waits the
+    few seconds DVC's lock waits by itself), for up to ``wait`` seconds; returns the seconds
+    spent before the try that succeeded. Raises DVC's LockError, naming the lock file, when
+    the time is up."""
+    from dvc.lock import LockError
+
+    start = time.monotonic()
+    told = False
+    while True:
+        attempt = time.monotonic()
+        try:
+            _commit(root, stages, every)
+            return attempt - start
+        except LockError as exc:
+            waited = time.monotonic() - start
+            if waited >= wait:
+                lock_file = root / ".dvc" / "tmp" / "lock"
+                raise LockError(f"another DVC process held {lock_file} for {waited:.0f} s") from exc
+            if not told:
+                print(f"dvc.lock: waiting up to {wait:.0f} s for DVC's lock", file=sys.stderr)
+                told = True
 
 
 def _commit(root: Path, stages: list[str], every: bool) -> None:

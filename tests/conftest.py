@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,16 @@ def tiny_params_file(tmp_path: Path, params_dict: dict) -> Path:
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(shrink(params_dict), sort_keys=False))
     return path
+
+
+def scratch_workflow(root: Path, kept: Collection[str]) -> None:
+    """The workflow (code, Snakefile, profiles, report templates) in ``root``, with a
+    params.yaml cut to the experiments ``kept`` (tiny settings) and their claims, recorded."""
+    for name in ("Snakefile", ".dvcignore"):
+        shutil.copy(REPO / name, root / name)
+    for folder in ("replicate", "lightning_modules", "profiles", "report"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    data = shrink(read_params_file(PARAMS_FILE))
+    for section in ("experiments", "derived_experiments"):
+        data[section] = {k: v for k, v in data[section].items() if k in kept}
+    params_with_claims(root, data, repository_claims(lambda c: c["experiment"] in kept), True)

@@ -128,7 +128,7 @@ def test_slurm_run_equals_local_run(slurm: dict[str, str], local_run: Path, tmp_
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # Every experiment and the claims report ran as a SLURM job (sbatch's own logs).
-    for rule in (*EXPERIMENTS, "claims_report"):
+    for rule in (*EXPERIMENTS, "claims_evaluation"):
         assert list((work / "logs" / "slurm").glob(f"rule_{rule}/**/*.log")), rule
     want, got = _outputs(local_run), _outputs(work)
     assert sorted(got) == sorted(want)

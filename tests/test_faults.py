@@ -96,7 +96,8 @@ def test_an_infinite_metric_of_a_one_off_claim_no_longer_holds(
     (r,) = claims.evaluate(params, tmp_path)
     assert (r.verdict, r.measured) == ("missing", None)
     assert r.note.endswith(
-        f"{FIG3}/metrics.json: metric {METRIC!r} is {value}, not a finite number"
+        f"{FIG3}/metrics.json: metric {METRIC!r} is {value}, not a finite number; "
+        "rerun it with `snakemake claims --forcerun attn_markov_fig3`"
     )
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,31 +22,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, params_with_claims, repository_claims, shrink
+from .conftest import scratch_workflow
 
 BIN = Path(sys.executable).parent
 KEPT = ("attn_markov_fig3", "attn_markov_table2", "attn_markov_theorems", "local_global_fig5")
 BUILD = "claims_report"
-"""Every experiment and the claims; not `all`, whose check fails on tiny trainings' verdicts.
-The rule `claims_report` is DVC's stage `claims`."""
+"""Every experiment and the claims; not `all`, whose check fails on tiny trainings' verdicts."""
+WRITER = "claims_evaluation"
+"""The rule that writes the claims files: DVC's stage `claims`."""
 
 pytestmark = pytest.mark.skipif(
     not (BIN / "dvc").exists() or not (BIN / "snakemake").exists(),
     reason="needs the dvc and snakemake executables of this environment",
 )
-
-
-def _project(root: Path) -> None:
-    """Copy the workflow (code, Snakefile, profile), a params.yaml cut to `KEPT` and the
-    claims of those experiments with their recordings."""
-    for name in ("Snakefile", ".dvcignore"):
-        shutil.copy(REPO / name, root / name)
-    for folder in ("replicate", "lightning_modules", "profiles", "report"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    data = shrink(yaml.safe_load((REPO / "params.yaml").read_text()))
-    for section in ("experiments", "derived_experiments"):
-        data[section] = {k: v for k, v in data[section].items() if k in KEPT}
-    params_with_claims(root, data, repository_claims(lambda c: c["experiment"] in KEPT), True)
 
 
 def _run(root: Path, *cmd: str) -> str:
@@ -59,11 +46,10 @@ def _run(root: Path, *cmd: str) -> str:
 
 def snakemake_plan(root: Path) -> set[str]:
     """The DVC stages of the rules `snakemake -n` would run (`all`, the default target, writes
-    nothing: it is no stage). Not `-n claims_report`: a target whose outputs are current
-    would hide an upstream output deleted since."""
+    nothing: it is no stage)."""
     out = _run(root, str(BIN / "snakemake"), "-n", "--cores", "1", "all")
     rules = set(re.findall(r"^(?:local)?rule (\w+):", out, flags=re.MULTILINE))
-    return {"claims" if r == BUILD else r for r in rules - {"all"}}
+    return {"claims" if r == WRITER else r for r in rules - {"all"}}
 
 
 def dvc_plan(root: Path) -> set[str]:
@@ -86,7 +72,7 @@ def dvc_plan(root: Path) -> set[str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("staleness")
-    _project(root)
+    scratch_workflow(root, KEPT)
     _run(root, sys.executable, "-m", "replicate.dvcfile")
     _run(root, str(BIN / "dvc"), "init", "--no-scm", "--quiet")
     out = _run(root, str(BIN / "snakemake"), "--cores", "2", BUILD)

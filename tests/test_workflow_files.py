@@ -72,7 +72,7 @@ def test_snakefile_rules_come_from_params(tmp_path: Path) -> None:
     """One rule per experiment, item and paper of params.yaml, and nothing else: removing an
     experiment from params.yaml removes its rule (the Snakefile restates no experiment)."""
     params = load_params(REPO / "params.yaml")
-    expected = {"all", "claims", "claims_report"}
+    expected = {"all", "claims", "claims_evaluation", "claims_report"}
     for name, entry in params.experiments.items():
         expected |= {name, entry.item, entry.paper}
     assert _target_rules(REPO) == expected
