@@ -48,9 +48,13 @@ class ClaimTolerance(Strict):
         return self
 
 
-Verdict = Literal["holds", "does-not-reproduce", "inconclusive"]
+Verdict = Literal["holds", "does-not-reproduce", "inconclusive", "not-tested"]
 """``inconclusive``: the seed-bootstrap interval of the measured value straddles the
-tolerance (`replicate.claims`); never counted as holds or as does-not-reproduce."""
+tolerance (`replicate.claims`). ``not-tested``: the run at this scale stops before the step
+at which the paper shows the effect the claim reads (`Claim.effect`). Neither is ever
+counted as holds or as does-not-reproduce."""
+
+UNTESTED = "not-tested"
 
 Provenance = Literal["paper", "derived", "proposal", "settings"]
 """Whose statement a claim checks: the paper's own result; our derivation from it; our
@@ -70,7 +74,7 @@ class Expectation(Strict):
 
     @model_validator(mode="after")
     def _failure_needs_reason(self) -> Expectation:
-        if self.verdict != "holds" and not self.reason:
+        if self.verdict not in ("holds", UNTESTED) and not self.reason:
             raise ValueError(f"an expected verdict {self.verdict!r} needs a reason")
         return self
 
@@ -89,6 +93,15 @@ class Recording(Strict):
 
 class MetricRef(Strict):
     metric: str
+
+
+class Effect(Strict):
+    """Where the paper shows the effect a claim reads: the training step it happens at, and
+    where that is read. A run that stops before ``step`` has not tested the claim: its
+    verdict is ``not-tested``, not a non-reproduction (issue 19)."""
+
+    step: Annotated[int, Field(gt=0)]
+    source: str
 
 
 class SeedAggregate(Strict):
@@ -131,6 +144,8 @@ class Claim(Strict):
     expected: dict[Scale, Expectation]
     per_seed: SeedAggregate | None = None
     """Per-seed values of a multi-seed claim: per-seed verdicts and a seed-bootstrap interval."""
+    effect: Effect | None = None
+    """The step at which the paper shows the effect (None: the claim reads no such step)."""
     note: str | None = None
     """What a reader must know to trust the verdict (a mislabel in the paper, a variant)."""
 
@@ -210,8 +225,46 @@ def _read_paper(path: Path, paper: str, params: Params) -> list[Claim]:
                 f"{path}: {label}: experiment = {claim.experiment!r} belongs to paper "
                 f"{entry.paper}: move the claim to {claims_file(path.parent, entry.paper)}"
             )
+        if claim.effect is not None:
+            _check_effect(claim, params, f"{path}: {label}")
         claims.append(claim)
     return claims
+
+
+def run_steps(params: Params, experiment: str, scale: str) -> int | None:
+    """The training steps of ``experiment``'s run at ``scale`` (``training.steps`` of its
+    settings; None for an experiment that trains nothing)."""
+    training = params.experiment(experiment).settings[scale].get("training")  # type: ignore[index]
+    steps = training.get("steps") if isinstance(training, dict) else None
+    return steps if isinstance(steps, int) else None
+
+
+def tested(claim: Claim, params: Params, scale: str) -> bool:
+    """Whether the run at ``scale`` reaches the step of the claim's effect (or it has none)."""
+    if claim.effect is None:
+        return True
+    steps = run_steps(params, claim.experiment, scale)
+    return steps is not None and steps >= claim.effect.step
+
+
+def _check_effect(claim: Claim, params: Params, label: str) -> None:
+    """An ``effect`` needs a training run, and at each scale the expected verdict says
+    ``not-tested`` exactly when that run stops before the effect's step."""
+    assert claim.effect is not None
+    for scale in SCALES:
+        steps = run_steps(params, claim.experiment, scale)
+        if steps is None:
+            raise ConfigError(
+                f"{label}: effect: {claim.experiment} trains nothing (no training.steps at "
+                f"{scale} scale), so no run can stop before the effect"
+            )
+        expected = claim.expected[scale].verdict  # type: ignore[index]
+        if (expected == UNTESTED) == (steps >= claim.effect.step):
+            want = "a tested verdict" if steps >= claim.effect.step else repr(UNTESTED)
+            raise ConfigError(
+                f"{label}: expected.{scale}.verdict = {expected!r}, but the {scale} run has "
+                f"{steps} steps and the effect is at step {claim.effect.step}: expect {want}"
+            )
 
 
 def _read_recorded(

@@ -33,7 +33,16 @@ from typing import Any
 import numpy as np
 
 from replicate import io, report
-from replicate.claim_files import Claim, ClaimSet, MetricRef, SeedAggregate, load_claims
+from replicate.claim_files import (
+    UNTESTED,
+    Claim,
+    ClaimSet,
+    MetricRef,
+    SeedAggregate,
+    load_claims,
+    run_steps,
+    tested,
+)
 from replicate.params import METRICS_FILE, PAPERS, PROVENANCE_FILE, SCALES, Params
 from replicate.provenance import differences
 from replicate.verdicts import (
@@ -256,6 +265,17 @@ def _seed_evidence(
     return per_seed, verdicts, seed_bootstrap(values, spec), ""
 
 
+def _untested_note(claim: Claim, params: Params, scale: str) -> str:
+    """Why a claim is ``not-tested`` at ``scale`` (`replicate.claim_files.tested`)."""
+    assert claim.effect is not None
+    steps = run_steps(params, claim.experiment, scale)
+    return (
+        f"not tested at {scale} scale: the run stops at step {steps}, before step "
+        f"{claim.effect.step}, where the paper shows the effect ({claim.effect.source}); the "
+        "measured value is shown, not judged"
+    )
+
+
 def evaluate_claim(
     claim: Claim, claimset: ClaimSet, params: Params, metrics: dict[str, Any] | None, note: str
 ) -> ClaimRecord:
@@ -280,7 +300,7 @@ def evaluate_claim(
     seed_values: dict[str, float] = {}
     seed_verdicts: dict[str, str] = {}
     interval = None
-    point = ""
+    point = seed_note = ""
     if measured is None or reference is None:
         verdict = "missing"
     else:
@@ -293,6 +313,11 @@ def evaluate_claim(
             verdict, note = "missing", f"{metrics_file}: {seed_note}"
         elif interval is not None:
             verdict = interval_verdict(holds, interval, reference, claim.comparison, tolerance)
+    # A run that stops before the paper's effect has not tested the claim, whatever its
+    # metric says (NaN included); absent outputs or metrics stay `missing`: those are faults.
+    untested = not tested(claim, params, scale) and claim.metric in (metrics or {})
+    if untested and not seed_note:
+        verdict, note = UNTESTED, _untested_note(claim, params, scale)
     return ClaimRecord(
         id=claim.id,
         paper=params.experiment(claim.experiment).paper,

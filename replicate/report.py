@@ -25,7 +25,13 @@ PROVENANCE = {
     "proposal": "our proposed checks",
     "settings": "settings consistency (Tables 1–2 style)",
 }
-SHORT = {"holds": "✓", "does-not-reproduce": "✗", "inconclusive": "?", "missing": "–"}
+SHORT = {
+    "holds": "✓",
+    "does-not-reproduce": "✗",
+    "inconclusive": "?",
+    "not-tested": "·",
+    "missing": "–",
+}
 
 
 def _fmt(value: object) -> str:
@@ -219,8 +225,9 @@ def _tally(records: list[ClaimRecord]) -> str:
 def _headline(records: list[ClaimRecord]) -> list[str]:
     """Counts per kind of claim (paper results apart from ours), then per paper and kind."""
     lines = [
-        "| claims | count | hold | do not reproduce | inconclusive | missing | unexpected |",
-        "|---|---|---|---|---|---|---|",
+        "| claims | count | hold | do not reproduce | inconclusive | not tested | missing "
+        "| unexpected |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for kind, label in PROVENANCE.items():
         recs = [r for r in records if r.provenance == kind]
@@ -228,9 +235,9 @@ def _headline(records: list[ClaimRecord]) -> list[str]:
             lines.append(f"| {label} (`{kind}`) | {_tally(recs)} |")
     lines += [
         "",
-        "| paper | provenance | count | hold | do not reproduce | inconclusive | missing "
-        "| unexpected |",
-        "|---|---|---|---|---|---|---|---|",
+        "| paper | provenance | count | hold | do not reproduce | inconclusive | not tested "
+        "| missing | unexpected |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for paper, title in PAPER_TITLES.items():
         for kind in PROVENANCE:
@@ -249,7 +256,9 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         "",
         f"Scale: **{params.scale}**. Of the papers' own results, {len(paper_recs)} claims: "
         f"{counts['holds']} hold, {counts['does-not-reproduce']} do not reproduce, "
-        f"{counts['inconclusive']} are inconclusive, {counts['missing']} missing. "
+        f"{counts['inconclusive']} are inconclusive, {counts['not-tested']} not tested at this "
+        f"scale (the run stops before the step where the paper shows the effect), "
+        f"{counts['missing']} missing. "
         f"{len(records) - len(paper_recs)} further claims are our derivations, proposals and "
         "settings checks (counted apart below). "
         + (
@@ -259,13 +268,17 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         ),
         "",
         "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) "
-        "with a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict we "
-        "measured when the claim was recorded (with that measured value and the commit); a "
-        "mismatch fails the check. A claim measured over several seeds shows each seed's "
-        "verdict (✓ holds, ✗ does not) and a 95 % seed-bootstrap interval of the measured "
+        "with a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict "
+        "set there from what was measured, with the value and commit recorded behind it "
+        "(`claims/recorded.json`); a mismatch fails the check. A claim measured over several "
+        "seeds shows each seed's verdict (✓ holds, ✗ does not) and a 95 % seed-bootstrap "
+        "interval of the measured "
         "value; when the interval straddles the tolerance the verdict is *inconclusive*, "
         "which is never counted as holding or failing (the fix is more seeds or longer "
-        "training, not a moved tolerance). Machine-readable: `results/claims.json`.",
+        "training, not a moved tolerance). A claim whose run stops before the step at which "
+        "the paper shows its effect is *not-tested* at that scale, with the measured value "
+        "shown but not judged: it is no non-reproduction. Machine-readable: "
+        "`results/claims.json`.",
         "",
         *_headline(records),
     ]

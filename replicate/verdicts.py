@@ -18,7 +18,7 @@ CLAIMS_FILE = Path("results/claims.json")
 REPORT_FILE = Path("results/REPORT.md")
 VERDICTS_DIR = Path("results/verdicts")
 """One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
-VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "missing")
+VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "not-tested", "missing")
 
 
 @dataclass

@@ -253,7 +253,7 @@ def test_report_separates_provenance_and_shows_seeds(tmp_path: Path, params_dict
     params = _seed_params(tmp_path, params_dict, MAX_DELTA)
     _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
     report = render_report(claims.evaluate(params, tmp_path), params, tmp_path)
-    assert "| the papers' results (`paper`) | 1 | 0 | 0 | 1 | 0 | 1 |" in report
+    assert "| the papers' results (`paper`) | 1 | 0 | 0 | 1 | 0 | 0 | 1 |" in report
     assert "s2✗0.0052" in report and "95% [" in report
     assert "| paper |" in report and "paper: holds" in report  # provenance, other scale
 
@@ -272,3 +272,54 @@ def test_report_prints_enough_digits_to_show_the_side_of_the_threshold(
     assert "| 0.0049996 | ≤ 0.005 |" in report and "s2✓0.0049996;" in report
     assert "s0✓0.001 " in report  # far from the bound: 4 digits as before
     assert value_text(0.0050004, r) == "0.0050004" and value_text(0.0051, r) == "0.0051"
+
+
+# ----------------------------------------------------------------------------- not-tested
+def _ci_steps(params_dict: dict) -> int:
+    return params_dict["experiments"]["attn_markov_fig3"]["settings"]["ci"]["training"]["steps"]
+
+
+def test_a_run_that_stops_before_the_effect_has_not_tested_the_claim(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """Issue 19: the run ends before the step where the paper shows the effect, so its
+    value is shown but not judged; with the effect within the run the claim is judged."""
+    steps = _ci_steps(params_dict)
+    later = {"step": steps + 1, "source": "a test"}
+    expected = {"paper": {"verdict": "holds"}, "ci": {"verdict": "not-tested"}}
+    params = _seed_params(tmp_path, params_dict, {"effect": later, "expected": expected})
+    _write_outputs(tmp_path, _stuck(0.0))  # would not reproduce, if it were judged
+    (r,) = claims.evaluate(params, tmp_path)
+    assert (r.verdict, r.point_verdict, r.measured) == ("not-tested", "does-not-reproduce", 0.0)
+    assert r.matches_expectation
+    assert f"the run stops at step {steps}, before step {steps + 1}" in r.note
+    within = {"step": steps, "source": "a test"}
+    expected["ci"] = {"verdict": "holds"}
+    params = _seed_params(tmp_path, params_dict, {"effect": within, "expected": expected})
+    _write_outputs(tmp_path, _stuck(1.0))
+    assert claims.evaluate(params, tmp_path)[0].verdict == "holds"
+    _write_outputs(tmp_path, {"something/else": 1.0})  # an absent metric stays a fault
+    params = _seed_params(
+        tmp_path,
+        params_dict,
+        {"effect": later, "expected": {**expected, "ci": {"verdict": "not-tested"}}},
+    )
+    assert claims.evaluate(params, tmp_path)[0].verdict == "missing"
+
+
+def test_an_effect_must_agree_with_the_expected_verdict(tmp_path: Path, params_dict: dict) -> None:
+    from replicate.params import ConfigError
+
+    steps = _ci_steps(params_dict)
+    expected = {"paper": {"verdict": "holds"}, "ci": {"verdict": "holds"}}
+    params = _seed_params(
+        tmp_path, params_dict, {"effect": {"step": steps + 1, "source": "t"}, "expected": expected}
+    )
+    with pytest.raises(ConfigError, match=rf"the ci run has {steps} steps .* expect 'not-tested'"):
+        claims.evaluate(params, tmp_path)
+    expected["ci"] = {"verdict": "not-tested"}
+    params = _seed_params(
+        tmp_path, params_dict, {"effect": {"step": steps, "source": "t"}, "expected": expected}
+    )
+    with pytest.raises(ConfigError, match="expect a tested verdict"):
+        claims.evaluate(params, tmp_path)

@@ -417,7 +417,15 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
         Path(f"results/verdicts/{paper}.json")
         for paper in ("attn_markov", "local_global", "subngrams", "two_layer")
     ]
-    keys = ["claims", "holds", "does_not_reproduce", "inconclusive", "missing", "unexpected"]
+    keys = [
+        "claims",
+        "holds",
+        "does_not_reproduce",
+        "inconclusive",
+        "not_tested",
+        "missing",
+        "unexpected",
+    ]
     total = dict.fromkeys(keys, 0)
     for path in paths:
         summary = json.loads(path.read_text())
@@ -428,6 +436,7 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
             "holds": sum(r.verdict == "holds" for r in recs),
             "does_not_reproduce": sum(r.verdict == "does-not-reproduce" for r in recs),
             "inconclusive": sum(r.verdict == "inconclusive" for r in recs),
+            "not_tested": sum(r.verdict == "not-tested" for r in recs),
             "missing": sum(r.verdict == "missing" for r in recs),
             "unexpected": sum(not r.matches_expectation for r in recs),
         }

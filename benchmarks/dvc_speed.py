@@ -1,0 +1,69 @@
+"""How long DVC's bookkeeping takes on a project with every ci result (issue 23).
+
+Times, side by side in one run, with ruamel.yaml's C parser and without it (the pure-Python
+parser DVC used before `ruamel.yaml.clib` was a dependency):
+- `dvc status`;
+- `dvc repro` with nothing to do;
+- the record step that ends every `snakemake` run (`python -m replicate record`).
+
+DVC parses params.yaml once per stage (39 stages), which is most of each command's time.
+Run it in a checkout whose results are complete and recorded (after `snakemake --cores all`);
+it refuses otherwise, since `dvc repro` would then retrain.
+
+    python benchmarks/dvc_speed.py [--repeat 3] [--project .]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WITHOUT_C_PARSER = "import sys; sys.modules['_ruamel_yaml'] = None; "
+"""Makes `import _ruamel_yaml` fail, so ruamel.yaml falls back to its Python parser."""
+
+COMMANDS = {
+    "dvc status": "from dvc.cli import main; sys.exit(main(['status', '--quiet']))",
+    "dvc repro (nothing to do)": "from dvc.cli import main; sys.exit(main(['repro']))",
+    "record step": "from replicate.cli import main; sys.exit(main(['record']))",
+}
+
+
+def _seconds(code: str, project: Path, repeat: int) -> float:
+    """The fastest of ``repeat`` wall times of ``python -c code`` in ``project``."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-c", f"import sys; {code}"],
+            cwd=project,
+            check=True,
+            capture_output=True,
+        )
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--project", type=Path, default=Path("."))
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    status = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--quiet"], cwd=args.project, check=False
+    )
+    if status.returncode != 0:
+        print("error: `dvc status` lists changed stages: run `snakemake --cores all` first")
+        return 1
+    print(f"{'command':<28}{'C parser (s)':>14}{'Python parser (s)':>20}{'ratio':>8}")
+    for name, code in COMMANDS.items():
+        fast = _seconds(code, args.project, args.repeat)
+        slow = _seconds(WITHOUT_C_PARSER + code, args.project, args.repeat)
+        print(f"{name:<28}{fast:>14.2f}{slow:>20.2f}{slow / fast:>7.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
