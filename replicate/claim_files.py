@@ -49,10 +49,11 @@ class ClaimTolerance(Strict):
 
 
 Verdict = Literal["holds", "does-not-reproduce", "inconclusive", "not-tested"]
-"""``inconclusive``: the seed-bootstrap interval of the measured value straddles the
-tolerance (`replicate.claims`). ``not-tested``: the run at this scale stops before the step
-at which the paper shows the effect the claim reads (`Claim.effect`). Neither is ever
-counted as holds or as does-not-reproduce."""
+"""``inconclusive``: the interval of the measured value over seeds (seed range or
+seed-bootstrap) straddles the tolerance, or a claim about some seeds has none at this scale
+(`replicate.claims`). ``not-tested``: the run at this scale stops before the step at which
+the paper shows the effect the claim reads (`Claim.effect`). Neither is ever counted as
+holds or as does-not-reproduce."""
 
 UNTESTED = "not-tested"
 
@@ -104,6 +105,21 @@ class Effect(Strict):
     source: str
 
 
+class SeedFilter(Strict):
+    """The seeds a claim is about: those whose value at ``pattern`` (a metrics.json key with
+    ``{seed}`` where the seed number goes) equals ``equals``, e.g. a run class of -1 for a
+    claim about the runs stuck at the unigram (UNIGRAM)."""
+
+    pattern: str
+    equals: float
+
+    @model_validator(mode="after")
+    def _one_seed_no_groups(self) -> SeedFilter:
+        if self.pattern.count("{seed}") != 1 or "*" in self.pattern:
+            raise ValueError("per_seed.only.pattern needs exactly one '{seed}' and no '*'")
+        return self
+
+
 class SeedAggregate(Strict):
     """Where a multi-seed claim's per-seed values are, and how they make the measured value.
 
@@ -112,13 +128,16 @@ class SeedAggregate(Strict):
     chains, tyings). Per group, the per-seed values are reduced with ``over_seeds``; the
     group values with ``over_groups``. ``indicator``: a per-seed value counts as 1 when it
     equals this number (e.g. a run class), else 0, so ``mean`` gives a fraction of seeds.
-    The claim's metric must equal this aggregate over all seeds (checked at evaluation).
+    ``only``: the claim is about the seeds `SeedFilter` keeps (an experiment's metric over
+    its stuck runs, say), and the aggregate is over those; otherwise over all seeds. The
+    claim's metric must equal this aggregate (checked at evaluation).
     """
 
     pattern: str
     over_seeds: Literal["mean", "abs_mean", "median", "max", "min", "sum"]
     over_groups: Literal["max", "min", "mean", "sum"] | None = None
     indicator: float | None = None
+    only: SeedFilter | None = None
 
     @model_validator(mode="after")
     def _placeholders(self) -> SeedAggregate:
@@ -143,7 +162,7 @@ class Claim(Strict):
     tolerance: ClaimTolerance
     expected: dict[Scale, Expectation]
     per_seed: SeedAggregate | None = None
-    """Per-seed values of a multi-seed claim: per-seed verdicts and a seed-bootstrap interval."""
+    """Per-seed values of a multi-seed claim: per-seed verdicts and an interval over seeds."""
     effect: Effect | None = None
     """The step at which the paper shows the effect (None: the claim reads no such step)."""
     note: str | None = None

@@ -5,10 +5,13 @@ A claim's verdict is ``holds`` or ``does-not-reproduce`` from its comparison, or
 ``missing`` when the metric (or its experiment's output) is absent, is not a finite number
 (NaN, ±Infinity, null, a string, a boolean: the note names the file and the key), or was
 produced at another scale. A claim measured over several seeds (``per_seed``) also gets
-per-seed verdicts and a seed-bootstrap interval of its measured value (`seed_bootstrap`);
-when that interval straddles the tolerance the verdict is ``inconclusive``, whatever the
-point value says. The check fails when any verdict differs from the expected one;
-``missing`` always fails.
+per-seed verdicts and an interval of its measured value over seeds (`seed_interval`): the
+seed range below `MIN_BOOTSTRAP_SEEDS` seeds, else a 95 % seed-bootstrap interval; when that
+interval straddles the tolerance the verdict is ``inconclusive`` (the seeds disagree),
+whatever the point value says. A claim about some of the seeds only (``per_seed.only``, e.g.
+the stuck runs) is measured over those; when no seed is one of them it is ``inconclusive``
+with a note saying it has no subject (`no_subject`). The check fails when any verdict
+differs from the expected one; ``missing`` always fails.
 
 A malformed output file (not valid JSON, not a JSON object, unreadable) is a fault of that
 experiment's outputs, not of the claims step (issue 11): `evaluate_with_errors` returns one
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +52,19 @@ from replicate.provenance import differences
 from replicate.verdicts import (
     CLAIMS_FILE,
     REPORT_FILE,
+    SEED_BOOTSTRAP,
+    SEED_RANGE,
     VERDICTS_DIR,
     ClaimRecord,
     verdict_summary,
     verdict_summary_paths,
 )
 
+MIN_BOOTSTRAP_SEEDS = 4
+"""Below this many seeds the interval is the seed range (`seed_range`), not a bootstrap:
+with n <= 3 seeds a resample repeating one seed has probability n**-n >= 1/27 > 2.5 %, so
+the 95 % percentile interval of a mean, median, max or min over seeds is the range of the
+per-seed values anyway (issue 20: 95 of the 96 ci intervals were)."""
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
 """Fixed, so that the interval and hence the verdict are deterministic."""
@@ -138,11 +149,39 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(f"^{body}$")
 
 
+class NoSubject(ValueError):
+    """No seed is one the claim is about (`SeedFilter`): there is nothing to measure."""
+
+
+def kept_seeds(metrics: dict[str, Any], spec: SeedAggregate, seeds: list[int]) -> list[int]:
+    """The seeds of ``seeds`` whose ``spec.only`` key equals its value (all without ``only``).
+
+    Raises ValueError when such a key is absent or not a finite number, NoSubject when no
+    seed qualifies.
+    """
+    if spec.only is None:
+        return seeds
+    kept = []
+    for seed in seeds:
+        value, problem = metric_value(metrics, spec.only.pattern.replace("{seed}", str(seed)))
+        if value is None:
+            raise ValueError(f"per_seed.only {problem}")
+        if value == spec.only.equals:
+            kept.append(seed)
+    if not kept:
+        raise NoSubject(
+            f"no seed has {spec.only.pattern} = {spec.only.equals:g}, the runs this claim is "
+            "about: it has no subject at this scale, so it can neither hold nor fail"
+        )
+    return kept
+
+
 def seed_matrix(metrics: dict[str, Any], spec: SeedAggregate) -> tuple[np.ndarray, list[int]]:
-    """Per-seed values as a (groups, seeds) matrix, seeds ascending.
+    """Per-seed values as a (groups, seeds) matrix, seeds ascending; only the seeds
+    ``spec.only`` keeps (`kept_seeds`).
 
     Raises ValueError when no key matches, when a matching key's value is not a finite
-    number, or when the groups do not share one seed set.
+    number, or when the groups do not share one seed set; NoSubject when no seed qualifies.
     """
     regex = _pattern_regex(spec.pattern)
     table: dict[tuple[str, ...], dict[int, float]] = {}
@@ -160,6 +199,7 @@ def seed_matrix(metrics: dict[str, Any], spec: SeedAggregate) -> tuple[np.ndarra
     seeds = sorted(next(iter(table.values())))
     if any(sorted(v) != seeds for v in table.values()):
         raise ValueError(f"groups of {spec.pattern!r} do not share one seed set")
+    seeds = kept_seeds(metrics, spec, seeds)
     values = np.array([[v[s] for s in seeds] for _, v in sorted(table.items())])
     if spec.indicator is not None:
         values = (values == spec.indicator).astype(float)
@@ -193,6 +233,22 @@ def seed_bootstrap(values: np.ndarray, spec: SeedAggregate) -> tuple[float, floa
     stats = aggregate(resampled, spec)
     lo, hi = np.percentile(stats, INTERVAL_PERCENTILES)
     return float(lo), float(hi)
+
+
+def seed_range(values: np.ndarray, spec: SeedAggregate) -> tuple[float, float]:
+    """The smallest and largest `aggregate` over the resamples that repeat one seed as many
+    times as there are seeds: the per-seed values' range (n times it for a ``sum``)."""
+    n_seeds = values.shape[1]
+    stats = [float(aggregate(values[:, [j] * n_seeds], spec)) for j in range(n_seeds)]
+    return min(stats), max(stats)
+
+
+def seed_interval(values: np.ndarray, spec: SeedAggregate) -> tuple[tuple[float, float], str]:
+    """The interval of the claim's value over seeds and its kind: the seed range below
+    `MIN_BOOTSTRAP_SEEDS` seeds, else the 95 % seed-bootstrap interval."""
+    if values.shape[1] < MIN_BOOTSTRAP_SEEDS:
+        return seed_range(values, spec), SEED_RANGE
+    return seed_bootstrap(values, spec), SEED_BOOTSTRAP
 
 
 Outputs = dict[str, tuple[dict[str, Any] | None, str]]
@@ -239,30 +295,58 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
     return loaded, errors
 
 
+@dataclass(frozen=True)
+class SeedEvidence:
+    """A multi-seed claim's per-seed values and verdicts and its interval (`seed_interval`)."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    interval: tuple[float, float] | None = None
+    interval_kind: str = ""
+
+
 def _seed_evidence(
     claim: Claim, metrics: dict[str, Any], measured: float, reference: float, tolerance: float
-) -> tuple[dict[str, float], dict[str, str], tuple[float, float] | None, str]:
-    """Per-seed values and verdicts, the bootstrap interval, and a note if they are unusable."""
+) -> tuple[SeedEvidence, str]:
+    """Per-seed values and verdicts and the interval, or a note saying why they are unusable."""
     spec = claim.per_seed
     if spec is None:
-        return {}, {}, None, ""
+        return SeedEvidence(), ""
     try:
         values, seeds = seed_matrix(metrics, spec)
     except ValueError as exc:
-        return {}, {}, None, str(exc)
+        return SeedEvidence(), str(exc)
     pooled = float(aggregate(values, spec))
     if not math.isclose(pooled, measured, rel_tol=1e-9, abs_tol=1e-12):
         note = (
             f"per_seed aggregate {pooled:.6g} of {spec.pattern!r} differs from the metric "
             f"{measured:.6g}: the claim's per_seed pattern does not describe its metric"
         )
-        return {}, {}, None, note
+        return SeedEvidence(), note
     per_seed = {str(s): float(aggregate(values[:, [j]], spec)) for j, s in enumerate(seeds)}
     verdicts = {
         s: "holds" if compare(v, reference, claim.comparison, tolerance) else "does-not-reproduce"
         for s, v in per_seed.items()
     }
-    return per_seed, verdicts, seed_bootstrap(values, spec), ""
+    interval, kind = seed_interval(values, spec)
+    return SeedEvidence(per_seed, verdicts, interval, kind), ""
+
+
+def no_subject(claim: Claim, metrics: dict[str, Any]) -> str:
+    """Why a claim about some seeds (``per_seed.only``) has none at this scale, else ''.
+
+    Such a claim is ``inconclusive``, not ``missing``: its metric is rightly undefined (the
+    experiments write NaN for a maximum over no stuck run), and nothing is absent.
+    """
+    if claim.per_seed is None or claim.per_seed.only is None:
+        return ""
+    try:
+        seed_matrix(metrics, claim.per_seed)
+    except NoSubject as exc:
+        return str(exc)
+    except ValueError:  # reported by `_seed_evidence`
+        return ""
+    return ""
 
 
 def _untested_note(claim: Claim, params: Params, scale: str) -> str:
@@ -297,22 +381,23 @@ def evaluate_claim(
             reference = float(claim.reference)
         if problem:
             note = f"{metrics_file}: {problem}; {rerun_advice(claim.experiment)}"
-    seed_values: dict[str, float] = {}
-    seed_verdicts: dict[str, str] = {}
-    interval = None
+    evidence = SeedEvidence()
     point = seed_note = ""
-    if measured is None or reference is None:
+    subject = "" if metrics is None else no_subject(claim, metrics)
+    if subject:
+        verdict, note = "inconclusive", f"{metrics_file}: {subject}"
+    elif measured is None or reference is None:
         verdict = "missing"
     else:
         holds = compare(measured, reference, claim.comparison, tolerance)
         point = verdict = "holds" if holds else "does-not-reproduce"
-        seed_values, seed_verdicts, interval, seed_note = _seed_evidence(
-            claim, metrics or {}, measured, reference, tolerance
-        )
+        evidence, seed_note = _seed_evidence(claim, metrics or {}, measured, reference, tolerance)
         if seed_note:
             verdict, note = "missing", f"{metrics_file}: {seed_note}"
-        elif interval is not None:
-            verdict = interval_verdict(holds, interval, reference, claim.comparison, tolerance)
+        elif evidence.interval is not None:
+            verdict = interval_verdict(
+                holds, evidence.interval, reference, claim.comparison, tolerance
+            )
     # A run that stops before the paper's effect has not tested the claim, whatever its
     # metric says (NaN included); absent outputs or metrics stay `missing`: those are faults.
     untested = not tested(claim, params, scale) and claim.metric in (metrics or {})
@@ -344,9 +429,10 @@ def evaluate_claim(
         other_scale=other_scale,
         other_expected=other.verdict,
         other_expected_reason=other.reason,
-        seed_values=seed_values,
-        seed_verdicts=seed_verdicts,
-        interval=None if interval is None else list(interval),
+        seed_values=evidence.values,
+        seed_verdicts=evidence.verdicts,
+        interval=None if evidence.interval is None else list(evidence.interval),
+        interval_kind=evidence.interval_kind,
         point_verdict=point,
     )
 

@@ -85,14 +85,15 @@ def _device(params: Params, experiment: str, root: Path) -> str:
 
 
 def describe(record: ClaimRecord, device: str) -> str:
-    """The recorded basis: value, per-seed values and interval where the claim has them."""
+    """The recorded basis: value, per-seed values and interval (seed range or 95 %
+    seed-bootstrap, `replicate.claims.seed_interval`) where the claim has them."""
     text = f"measured at {record.scale} scale on {device}: {value_text(record.measured, record)}"
     if record.interval is not None:
         seeds = ", ".join(
             f"seed {s}: {value_text(v, record)}" for s, v in record.seed_values.items()
         )
         lo, hi = (value_text(end, record) for end in record.interval)
-        text += f"; per seed: {seeds}; 95% seed-bootstrap interval [{lo}, {hi}]"
+        text += f"; per seed: {seeds}; {record.interval_kind} [{lo}, {hi}]"
     return text
 
 

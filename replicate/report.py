@@ -9,7 +9,7 @@ from typing import Any
 
 from replicate import io
 from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
-from replicate.verdicts import VERDICTS, ClaimRecord
+from replicate.verdicts import SEED_BOOTSTRAP, SEED_RANGE, VERDICTS, ClaimRecord
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -106,21 +106,26 @@ def _expected(r: ClaimRecord) -> str:
     return f"{r.expected} ({detail})" if detail else r.expected
 
 
+INTERVAL_LABELS = {SEED_RANGE: "range", SEED_BOOTSTRAP: "95% bootstrap"}
+"""How a claim's interval is labelled in its table cell, by `ClaimRecord.interval_kind`."""
+
+
 def _seeds(r: ClaimRecord) -> str:
-    """Per-seed verdicts and values, and the seed-bootstrap interval, or — for one-off claims."""
+    """Per-seed verdicts and values, and the seed range or seed-bootstrap interval, or — for
+    one-off claims."""
     if r.interval is None:
         return "—"
     per_seed = " ".join(
         f"s{s}{SHORT[r.seed_verdicts[s]]}{value_text(v, r)}" for s, v in r.seed_values.items()
     )
     lo, hi = (value_text(end, r) for end in r.interval)
-    return f"{per_seed}; 95% [{lo}, {hi}]"
+    return f"{per_seed}; {INTERVAL_LABELS[r.interval_kind]} [{lo}, {hi}]"
 
 
 def _claims_table(records: list[ClaimRecord]) -> list[str]:
     lines = [
         "| claim | provenance | figure | statement | measured | condition | per seed; "
-        "bootstrap interval | verdict | expected | other scale expects | check |",
+        "interval over seeds | verdict | expected | other scale expects | check |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
@@ -271,14 +276,18 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         "with a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict "
         "set there from what was measured, with the value and commit recorded behind it "
         "(`claims/recorded.json`); a mismatch fails the check. A claim measured over several "
-        "seeds shows each seed's verdict (✓ holds, ✗ does not) and a 95 % seed-bootstrap "
-        "interval of the measured "
-        "value; when the interval straddles the tolerance the verdict is *inconclusive*, "
-        "which is never counted as holding or failing (the fix is more seeds or longer "
-        "training, not a moved tolerance). A claim whose run stops before the step at which "
-        "the paper shows its effect is *not-tested* at that scale, with the measured value "
-        "shown but not judged: it is no non-reproduction. Machine-readable: "
-        "`results/claims.json`.",
+        "seeds shows each seed's verdict (✓ holds, ✗ does not) and an interval of the "
+        "measured value over seeds: with fewer than 4 seeds the *range* of the seeds (a 95 % "
+        "bootstrap over so few seeds is that range anyway), with more a *95% bootstrap* "
+        "interval. When the interval straddles the tolerance the seeds disagree and the "
+        "verdict is *inconclusive*, which is never counted as holding or failing (the fix is "
+        "more seeds or longer training, not a moved tolerance). A claim about some runs only "
+        "(the stuck ones, say) is measured over those seeds; where no seed is one of them it "
+        "has no subject at that scale and is *inconclusive* too, with a note saying so. A "
+        "claim whose run stops before the step at which the paper shows its effect is "
+        "*not-tested* at that scale, with the measured value shown but not judged: it is no "
+        "non-reproduction. Machine-readable: `results/claims.json` (`interval_kind` says "
+        "which interval).",
         "",
         *_headline(records),
     ]

@@ -18,6 +18,10 @@ CLAIMS_FILE = Path("results/claims.json")
 REPORT_FILE = Path("results/REPORT.md")
 VERDICTS_DIR = Path("results/verdicts")
 """One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
+SEED_RANGE = "seed range"
+SEED_BOOTSTRAP = "95 % seed-bootstrap"
+"""The two kinds of interval over seeds (`replicate.claims.seed_interval`), as claims.json
+(``interval_kind``) and recorded.json name them."""
 VERDICTS = ("holds", "does-not-reproduce", "inconclusive", "not-tested", "missing")
 
 
@@ -51,8 +55,11 @@ class ClaimRecord:
     seed_values: dict[str, float] = field(default_factory=dict)
     seed_verdicts: dict[str, str] = field(default_factory=dict)
     interval: list[float] | None = None
+    interval_kind: str = ""
+    """What ``interval`` is: `SEED_RANGE` (fewer than 4 seeds) or `SEED_BOOTSTRAP`
+    (`replicate.claims.seed_interval`); '' for a claim without per-seed values."""
     point_verdict: str = ""
-    """The verdict of the measured value alone (before the seed-bootstrap interval)."""
+    """The verdict of the measured value alone (before the interval over seeds)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

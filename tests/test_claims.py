@@ -254,7 +254,7 @@ def test_report_separates_provenance_and_shows_seeds(tmp_path: Path, params_dict
     _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
     report = render_report(claims.evaluate(params, tmp_path), params, tmp_path)
     assert "| the papers' results (`paper`) | 1 | 0 | 0 | 1 | 0 | 0 | 1 |" in report
-    assert "s2✗0.0052" in report and "95% [" in report
+    assert "s2✗0.0052" in report and "; range [0.001, 0.0052]" in report
     assert "| paper |" in report and "paper: holds" in report  # provenance, other scale
 
 
@@ -323,3 +323,52 @@ def test_an_effect_must_agree_with_the_expected_verdict(tmp_path: Path, params_d
     )
     with pytest.raises(ConfigError, match="expect a tested verdict"):
         claims.evaluate(params, tmp_path)
+
+
+def test_fewer_than_four_seeds_give_their_range_and_more_a_bootstrap(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """With 3 seeds the interval is labelled and computed as the seed range; with 5 it is
+    the 95 % seed-bootstrap, which leaves out the extreme seeds (issue 20, item 2)."""
+    from replicate.report import render_report
+
+    params = _seed_params(tmp_path, params_dict, MAX_DELTA)
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert (r.interval_kind, r.interval) == ("seed range", [0.001, 0.0052])
+    _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.003, 0.004, 0.0052]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.interval_kind == "95 % seed-bootstrap" and r.interval is not None
+    assert r.interval[0] > 0.001 and r.interval[1] == 0.0052  # the max of 5 seeds
+    assert "; 95% bootstrap [" in render_report([r], params, tmp_path)
+
+
+def test_seed_range_of_a_sum_is_over_one_seed_repeated() -> None:
+    """A sum over 3 seeds of 1 each is 3, and so is every one-seed resample (A4.3)."""
+    from replicate.claim_files import SeedAggregate
+
+    spec = SeedAggregate(pattern="a/seed{seed}/class", over_seeds="sum", indicator=-1.0)
+    values, _ = claims.seed_matrix({f"a/seed{s}/class": -1.0 for s in range(3)}, spec)
+    assert claims.seed_interval(values, spec) == ((3.0, 3.0), "seed range")
+
+
+def test_only_keeps_the_seeds_a_claim_is_about() -> None:
+    from replicate.claim_files import SeedAggregate
+
+    only = {"pattern": "a/seed{seed}/class", "equals": -1.0}
+    spec = SeedAggregate(pattern="a/seed{seed}/norm", over_seeds="max", only=only)
+    metrics = {"a/seed0/class": 1.0, "a/seed1/class": -1.0, "a/seed2/class": -1.0}
+    metrics |= {"a/seed0/norm": 0.8, "a/seed1/norm": 0.01, "a/seed2/norm": 0.02}
+    values, seeds = claims.seed_matrix(metrics, spec)
+    assert seeds == [1, 2] and values.tolist() == [[0.01, 0.02]]
+    with pytest.raises(claims.NoSubject, match="no seed has a/seed\\{seed\\}/class = -1"):
+        claims.seed_matrix(metrics | {"a/seed1/class": 1.0, "a/seed2/class": 1.0}, spec)
+    with pytest.raises(ValueError, match=r"per_seed\.only metric 'a/seed1/class' is absent"):
+        claims.seed_matrix({k: v for k, v in metrics.items() if k != "a/seed1/class"}, spec)
+    with pytest.raises(ValueError, match="no '\\*'"):
+        SeedAggregate(
+            pattern="a/*/seed{seed}/n",
+            over_seeds="max",
+            over_groups="max",
+            only={"pattern": "a/*/seed{seed}/class", "equals": -1.0},
+        )
