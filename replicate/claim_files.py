@@ -167,6 +167,10 @@ class Claim(Strict):
     """The step at which the paper shows the effect (None: the claim reads no such step)."""
     note: str | None = None
     """What a reader must know to trust the verdict (a mislabel in the paper, a variant)."""
+    implied_by: str | None = None
+    """The id of a claim of the same paper whose fact implies this one (issue 20, item 5:
+    B5-maxima-repel follows from B5-rate). The claim is evaluated and shown as any other,
+    but the tallies count the fact once, with the claim that implies it."""
 
     @model_validator(mode="after")
     def _both_scales(self) -> Claim:
@@ -320,11 +324,26 @@ def _read_recorded(
     return recorded
 
 
+def _check_implications(claims: list[Claim], where: Mapping[str, Path]) -> None:
+    """Each ``implied_by`` names another claim of the same paper that is implied by none."""
+    by_id = {c.id: c for c in claims}
+    for claim in (c for c in claims if c.implied_by is not None):
+        head = by_id.get(claim.implied_by or "")
+        label = f"{where[claim.id]}: claim {claim.id}: implied_by = {claim.implied_by!r}"
+        if head is None or head.id == claim.id:
+            raise ConfigError(f"{label} names no other claim")
+        if where[head.id] != where[claim.id]:
+            raise ConfigError(f"{label} is a claim of another paper ({where[head.id]})")
+        if head.implied_by is not None:
+            raise ConfigError(f"{label} is itself implied by {head.implied_by}: name that one")
+
+
 def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     """Every paper's claims file in ``params.claims_dir`` and the recordings beside them.
 
     A paper without a file has no claims. A file that is no paper's, a claim naming an
-    experiment of another paper or none, a duplicate id and a recording of no claim are
+    experiment of another paper or none, a duplicate id, an ``implied_by`` naming no claim of
+    the same paper (or one implied itself) and a recording of no claim are
     ConfigErrors naming the file and the claim's id (``prune``: such a recording is left
     out instead, for `expect --prune` to write the rest back).
     """
@@ -354,6 +373,7 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
                 raise ConfigError(f"{path}: claim {claim.id}: the id is also used in {other}")
             where[claim.id] = path
             claims.append(claim)
+    _check_implications(claims, where)
     recorded: dict[str, dict[str, Recording]] = {}
     path = recorded_file(folder)
     if path.exists():

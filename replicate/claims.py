@@ -434,6 +434,7 @@ def evaluate_claim(
         interval=None if evidence.interval is None else list(evidence.interval),
         interval_kind=evidence.interval_kind,
         point_verdict=point,
+        implied_by=claim.implied_by,
     )
 
 

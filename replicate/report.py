@@ -9,7 +9,7 @@ from typing import Any
 
 from replicate import io
 from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
-from replicate.verdicts import SEED_BOOTSTRAP, SEED_RANGE, VERDICTS, ClaimRecord
+from replicate.verdicts import SEED_BOOTSTRAP, SEED_RANGE, VERDICTS, ClaimRecord, counted
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -142,6 +142,8 @@ def _claim_notes(records: list[ClaimRecord]) -> list[str]:
     """Below a table: notes, and every non-`holds` expectation's reason, at both scales."""
     lines = []
     for r in records:
+        if r.implied_by:
+            lines.append(f"\n- `{r.id}` follows from `{r.implied_by}`: not counted in the tallies.")
         if r.note:
             lines.append(f"\n- `{r.id}`: {r.note}")
         if r.expected != "holds" and r.expected_reason:
@@ -222,17 +224,21 @@ def _settings_line(provenance: dict) -> str:
 
 
 def _tally(records: list[ClaimRecord]) -> str:
-    counts = [sum(r.verdict == v for r in records) for v in VERDICTS]
+    """Claims implied by another (not counted), then the facts and their verdicts, then
+    the unexpected verdicts among all the claims (`verdicts.counted`)."""
+    facts = counted(records)
+    counts = [sum(r.verdict == v for r in facts) for v in VERDICTS]
     bad = sum(not r.matches_expectation for r in records)
-    return f"{len(records)} | " + " | ".join(map(str, counts)) + f" | {bad or '—'}"
+    implied = len(records) - len(facts)
+    return f"{implied or '—'} | {len(facts)} | " + " | ".join(map(str, counts)) + f" | {bad or '—'}"
 
 
 def _headline(records: list[ClaimRecord]) -> list[str]:
     """Counts per kind of claim (paper results apart from ours), then per paper and kind."""
     lines = [
-        "| claims | count | hold | do not reproduce | inconclusive | not tested | missing "
-        "| unexpected |",
-        "|---|---|---|---|---|---|---|---|",
+        "| claims | implied (not counted) | count | hold | do not reproduce | inconclusive "
+        "| not tested | missing | unexpected |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, label in PROVENANCE.items():
         recs = [r for r in records if r.provenance == kind]
@@ -240,9 +246,9 @@ def _headline(records: list[ClaimRecord]) -> list[str]:
             lines.append(f"| {label} (`{kind}`) | {_tally(recs)} |")
     lines += [
         "",
-        "| paper | provenance | count | hold | do not reproduce | inconclusive | not tested "
-        "| missing | unexpected |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| paper | provenance | implied (not counted) | count | hold | do not reproduce "
+        "| inconclusive | not tested | missing | unexpected |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for paper, title in PAPER_TITLES.items():
         for kind in PROVENANCE:
@@ -254,7 +260,8 @@ def _headline(records: list[ClaimRecord]) -> list[str]:
 
 def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
     n_bad = sum(not r.matches_expectation for r in records)
-    paper_recs = [r for r in records if r.provenance == "paper"]
+    facts = counted(records)
+    paper_recs = [r for r in facts if r.provenance == "paper"]
     counts = {v: sum(r.verdict == v for r in paper_recs) for v in VERDICTS}
     lines = [
         "# Replication report",
@@ -264,8 +271,11 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         f"{counts['inconclusive']} are inconclusive, {counts['not-tested']} not tested at this "
         f"scale (the run stops before the step where the paper shows the effect), "
         f"{counts['missing']} missing. "
-        f"{len(records) - len(paper_recs)} further claims are our derivations, proposals and "
+        f"{len(facts) - len(paper_recs)} further claims are our derivations, proposals and "
         "settings checks (counted apart below). "
+        f"{len(records) - len(facts)} more claims follow from another claim (`implied_by`): "
+        "they are evaluated, shown and checked, but not counted, so that each fact counts "
+        "once. "
         + (
             "**All verdicts match their expectations.**"
             if n_bad == 0

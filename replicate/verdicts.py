@@ -60,6 +60,8 @@ class ClaimRecord:
     (`replicate.claims.seed_interval`); '' for a claim without per-seed values."""
     point_verdict: str = ""
     """The verdict of the measured value alone (before the interval over seeds)."""
+    implied_by: str | None = None
+    """The claim whose fact implies this one's: not counted in the tallies (`counted`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,13 +76,24 @@ def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:
     return [root / VERDICTS_DIR / f"{paper}.json" for paper in PAPERS]
 
 
+def counted(records: list[ClaimRecord]) -> list[ClaimRecord]:
+    """The records the tallies count: one per fact, leaving out claims implied by another
+    (``implied_by``), which are evaluated and shown but would count their fact twice."""
+    return [r for r in records if r.implied_by is None]
+
+
 def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
-    """Counts of one paper's claims, the same keys for every paper: ``claims``, one per
-    verdict (``does_not_reproduce`` for does-not-reproduce) and ``unexpected``."""
+    """Counts of one paper's claims, the same keys for every paper: ``claims`` (all),
+    ``implied`` (those implied by another claim), ``facts`` (the rest, one per fact), one
+    count per verdict over the facts (``does_not_reproduce`` for does-not-reproduce), and
+    ``unexpected`` over all claims (an implied claim's verdict is checked too)."""
     recs = [r for r in records if r.paper == paper]
+    facts = counted(recs)
     return {
         "claims": len(recs),
-        **{v.replace("-", "_"): sum(r.verdict == v for r in recs) for v in VERDICTS},
+        "implied": len(recs) - len(facts),
+        "facts": len(facts),
+        **{v.replace("-", "_"): sum(r.verdict == v for r in facts) for v in VERDICTS},
         "unexpected": sum(not r.matches_expectation for r in recs),
     }
 

@@ -121,6 +121,31 @@ def test_a_claim_in_another_papers_file_and_a_duplicate_id(
         load_claims(load_params(path))
 
 
+def test_implied_by_names_an_unimplied_claim_of_the_same_paper(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """B5-maxima-repel follows from B5-rate; a wrong or chained implied_by is refused."""
+    head, implied = claim_dict("B5-rate"), claim_dict("B5-maxima-repel")
+    assert implied["implied_by"] == "B5-rate"
+    other = claim_dict(CLAIM_ID)
+    cases = [
+        ({**implied, "implied_by": "B5-gone"}, "names no other claim"),
+        ({**implied, "implied_by": implied["id"]}, "names no other claim"),
+        ({**implied, "implied_by": CLAIM_ID}, "is a claim of another paper"),
+    ]
+    for claim, message in cases:
+        path = params_with_claims(tmp_path, params_dict, [head, other, claim])
+        with pytest.raises(ConfigError, match=f"claim B5-maxima-repel: implied_by = .*{message}"):
+            load_claims(load_params(path))
+    chained = {**claim_dict("B5-minima-attract"), "implied_by": "B5-maxima-repel"}
+    path = params_with_claims(tmp_path, params_dict, [head, implied, chained])
+    with pytest.raises(ConfigError, match="is itself implied by B5-rate: name that one"):
+        load_claims(load_params(path))
+    path = params_with_claims(tmp_path, params_dict, [head, implied])
+    loaded = {c.id: c.implied_by for c in load_claims(load_params(path)).claims}
+    assert (loaded["B5-rate"], loaded["B5-maxima-repel"]) == (None, "B5-rate")
+
+
 def test_a_stray_file_a_missing_folder_and_recordings_that_do_not_fit(
     tmp_path: Path, params_dict: dict
 ) -> None:

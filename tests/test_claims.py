@@ -120,6 +120,9 @@ def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -
     }
     report = (tmp_path / "results/REPORT.md").read_text()
     assert CLAIM_ID in report and "UNEXPECTED" in report  # the other claims are missing
+    implied = [c.id for c in load_claims(params).claims if c.implied_by]
+    assert implied and f"{len(implied)} more claims follow from another claim" in report
+    assert f"- `{implied[0]}` follows from `" in report  # each says which, below its table
     monkeypatch.chdir(tmp_path)
     args = ["--params", str(PARAMS_FILE), "--scale", "ci", "check"]
     assert main(args) == 1  # every other claim is missing its metrics
@@ -253,7 +256,7 @@ def test_report_separates_provenance_and_shows_seeds(tmp_path: Path, params_dict
     params = _seed_params(tmp_path, params_dict, MAX_DELTA)
     _write_outputs(tmp_path, _deltas([0.001, 0.002, 0.0052]))
     report = render_report(claims.evaluate(params, tmp_path), params, tmp_path)
-    assert "| the papers' results (`paper`) | 1 | 0 | 0 | 1 | 0 | 0 | 1 |" in report
+    assert "| the papers' results (`paper`) | — | 1 | 0 | 0 | 1 | 0 | 0 | 1 |" in report
     assert "s2✗0.0052" in report and "; range [0.001, 0.0052]" in report
     assert "| paper |" in report and "paper: holds" in report  # provenance, other scale
 

@@ -417,29 +417,25 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
         Path(f"results/verdicts/{paper}.json")
         for paper in ("attn_markov", "local_global", "subngrams", "two_layer")
     ]
-    keys = [
-        "claims",
-        "holds",
-        "does_not_reproduce",
-        "inconclusive",
-        "not_tested",
-        "missing",
-        "unexpected",
-    ]
+    keys = ["claims", "implied", "facts", "holds", "does_not_reproduce", "inconclusive"]
+    keys += ["not_tested", "missing", "unexpected"]
     total = dict.fromkeys(keys, 0)
     for path in paths:
         summary = json.loads(path.read_text())
         assert list(summary) == keys and all(type(v) is int for v in summary.values())
         recs = [r for r in records if f"results/verdicts/{r.paper}.json" in str(path)]
+        facts = [r for r in recs if r.implied_by is None]
         assert summary == {
             "claims": len(recs),
-            "holds": sum(r.verdict == "holds" for r in recs),
-            "does_not_reproduce": sum(r.verdict == "does-not-reproduce" for r in recs),
-            "inconclusive": sum(r.verdict == "inconclusive" for r in recs),
-            "not_tested": sum(r.verdict == "not-tested" for r in recs),
-            "missing": sum(r.verdict == "missing" for r in recs),
+            "implied": len(recs) - len(facts),
+            "facts": len(facts),
+            "holds": sum(r.verdict == "holds" for r in facts),
+            "does_not_reproduce": sum(r.verdict == "does-not-reproduce" for r in facts),
+            "inconclusive": sum(r.verdict == "inconclusive" for r in facts),
+            "not_tested": sum(r.verdict == "not-tested" for r in facts),
+            "missing": sum(r.verdict == "missing" for r in facts),
             "unexpected": sum(not r.matches_expectation for r in recs),
         }
         total = {k: total[k] + summary[k] for k in keys}
     assert total["claims"] == len(records) == len(load_claims(load_params(PARAMS_FILE)).claims)
-    assert total["holds"] >= 1 and total["missing"] >= 1
+    assert total["holds"] >= 1 and total["missing"] >= 1 and total["implied"] >= 1
