@@ -197,11 +197,9 @@ rule claims:
 
 
 # DVC records what Snakemake wrote (issue 11): every stage whose outputs are now complete and
-# current goes into dvc.lock, so `dvc status` agrees with `snakemake -n`. After a failed run
-# too: the jobs that finished before the failure are current.
+# current goes into dvc.lock, so `dvc status` agrees with `snakemake -n`. A failed or
+# interrupted run records nothing, so that Ctrl-C returns at once (issue 23): the next run's
+# record, or `python -m replicate record`, commits every stage current by then, the jobs that
+# finished before the failure included.
 onsuccess:
-    record_in_dvc(PARAMS)
-
-
-onerror:
     record_in_dvc(PARAMS)

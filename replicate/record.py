@@ -96,7 +96,7 @@ def record(params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECON
 def record_in_dvc(
     params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECONDS
 ) -> list[str]:
-    """`record`, as Snakemake's ``onsuccess`` and ``onerror`` call it: a failure is one
+    """`record`, as Snakemake's ``onsuccess`` calls it: a failure is one
     warning line, not an exception (which would fail a run whose jobs are done)."""
     from dvc.exceptions import DvcException
 
