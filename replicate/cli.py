@@ -1,5 +1,5 @@
-"""Command line: `python -m replicate {list,run,claims,check,expect,record,plan}` (Snakemake
-calls run, claims and check).
+"""Command line: `python -m replicate
+{list,run,claims,check,expect,record,stability,plan}` (Snakemake calls run, claims and check).
 
 The options --params and --scale go before or after the subcommand.
 """
@@ -85,6 +85,19 @@ def _parser() -> argparse.ArgumentParser:
         "--prune", action="store_true", help="drop recordings of claims that no longer exist"
     )
     command("record", help="record in dvc.lock every stage whose outputs are current")
+    stability = command(
+        "stability",
+        help="rerun the suite under numerically neutral perturbations (another CPU's numerics) "
+        "and list every claim whose verdict changes; write claims/stability.json",
+    )
+    stability.add_argument(
+        "perturbations",
+        nargs="*",
+        metavar="PERTURBATION",
+        help="aten-default, mkl-compatible, threads-2 (default: all)",
+    )
+    stability.add_argument("--workdir", type=Path, help="keep the clones here (default: none)")
+    stability.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
     plan = command(
         "plan",
         help="cost plan: calibrate every rule (trainings cut to a few steps), print model-steps, "
@@ -208,6 +221,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _expect(args)
     if args.command == "record":
         return _record(args)
+    if args.command == "stability":
+        from replicate.stability import PERTURBATIONS, stability
+
+        params = load_params(args.params, scale=args.scale)
+        names = args.perturbations or list(PERTURBATIONS)
+        path = stability(params, names, workdir=args.workdir, cores=args.cores)
+        print(f"wrote {path}")
+        return 0
 
     from replicate import claims, io, verdicts
 

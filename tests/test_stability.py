@@ -1,0 +1,139 @@
+"""Issue 23, item 1: `python -m replicate stability` lists every claim whose verdict changes
+when the suite reruns under a numerically neutral perturbation.
+
+`compare` is tested on records with a flipped verdict (the check can fail); the whole
+command runs once in a scratch git project of two experiments that train nothing (paper A's
+Table 1 and theorems), where a rerun with two torch threads must change nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from replicate.config import load_params
+from replicate.expect import RefusedRecording
+from replicate.params import ConfigError
+from replicate.stability import STABILITY_FILE, compare, stability
+from replicate.verdicts import ClaimRecord
+
+from .conftest import scratch_workflow
+
+KEPT = ("attn_markov_table1", "attn_markov_theorems")
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+
+def _record(claim_id: str, verdict: str, measured: float) -> ClaimRecord:
+    return ClaimRecord(
+        id=claim_id,
+        paper="two_layer",
+        experiment="two_layer_maps",
+        figure="App. H.1",
+        statement="",
+        metric="k1/l2/min_mm_minus_chance",
+        comparison="ge",
+        measured=measured,
+        reference=0.15,
+        tolerance=0.0,
+        scale="ci",
+        verdict=verdict,
+        expected=verdict,
+        expected_reason=None,
+        expected_basis="",
+        matches_expectation=True,
+        provenance="proposal",
+        source="",
+        reference_source="",
+        note="",
+    )
+
+
+def test_compare_names_each_changed_verdict_with_both_values() -> None:
+    baseline = [_record("a", "holds", 0.30), _record("b", "does-not-reproduce", 0.04)]
+    perturbed = [_record("a", "holds", 0.31), _record("b", "holds", 0.26)]
+    result = compare(baseline, perturbed)
+    assert result["claims"] == 2
+    assert result["values_moved"] == 2
+    [row] = result["verdicts_changed"]
+    assert (row["id"], row["verdict"], row["perturbed_verdict"]) == (
+        "b",
+        "does-not-reproduce",
+        "holds",
+    )
+    assert (row["measured"], row["perturbed_measured"]) == (0.04, 0.26)
+
+
+def test_compare_counts_a_claim_absent_on_one_side_as_changed() -> None:
+    result = compare([_record("a", "holds", 1.0)], [_record("z", "holds", 1.0)])
+    assert [row["id"] for row in result["verdicts_changed"]] == ["a", "z"]
+    assert result["values_moved"] == 0
+
+
+def test_compare_of_identical_runs_finds_nothing() -> None:
+    records = [_record("a", "holds", 1.0), dataclasses.replace(_record("b", "holds", 2.0))]
+    assert compare(records, records) == {"claims": 2, "values_moved": 0, "verdicts_changed": []}
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A committed scratch project whose claims are built (results and logs untracked)."""
+    root = tmp_path_factory.mktemp("stability")
+    scratch_workflow(root, KEPT)
+    (root / ".gitignore").write_text("results/\nlogs/\n.snakemake/\n__pycache__/\n")
+    _git(root, "init", "--quiet")
+    _git(root, "add", "-A")
+    _git(root, "commit", "--quiet", "-m", "scratch")
+    done = subprocess.run(
+        [str(SNAKEMAKE), "--cores", "1", "claims_evaluation"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return root
+
+
+@pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")
+def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
+    project: Path, tmp_path: Path
+) -> None:
+    params = load_params(project / "params.yaml", scale="ci")
+    path = stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="1")
+    assert path == params.claims_dir / STABILITY_FILE
+    written = json.loads(path.read_text())
+    entry = written["perturbations"]["threads-2"]
+    claims = json.loads((project / "results/claims.json").read_text())
+    assert entry["claims"] == len(claims) > 0
+    assert (entry["values_moved"], entry["verdicts_changed"], entry["threads"]) == (0, [], 2)
+    clone_params = yaml.safe_load((tmp_path / "threads-2" / "params.yaml").read_text())
+    assert clone_params["runtime"]["threads"] == 2
+    assert written["scale"] == "ci" and len(written["commit"]) >= 7
+
+
+@pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")
+def test_refusals_name_the_problem(project: Path, tmp_path: Path) -> None:
+    params = load_params(project / "params.yaml", scale="ci")
+    with pytest.raises(ConfigError, match="unknown perturbation avx9"):
+        stability(params, ["avx9"], root=project, workdir=tmp_path)
+    stray = project / "stray.txt"
+    stray.write_text("not committed")
+    try:
+        with pytest.raises(RefusedRecording, match=r"stray\.txt"):
+            stability(params, ["threads-2"], root=project, workdir=tmp_path)
+    finally:
+        stray.unlink()
