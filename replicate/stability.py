@@ -95,14 +95,21 @@ def _set_threads(params_file: Path, threads: int) -> None:
 
 
 def _run_suite(
-    root: Path, name: str, perturbation: Perturbation, workdir: Path, cores: str, log: Path
+    root: Path,
+    commit: str,
+    name: str,
+    perturbation: Perturbation,
+    workdir: Path,
+    cores: str,
+    log: Path,
 ) -> list[ClaimRecord]:
-    """Clone ``root``'s HEAD into ``workdir/name``, run every experiment and the claims there
-    under ``perturbation``, and return the clone's claim records."""
+    """Clone ``root`` at ``commit`` into ``workdir/name``, run every experiment and the
+    claims there under ``perturbation``, and return the clone's claim records."""
     clone = workdir / name
     if clone.exists():
         shutil.rmtree(clone)
     subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "--quiet", commit], cwd=clone, check=True)
     if perturbation.threads is not None:
         _set_threads(clone / "params.yaml", perturbation.threads)
     env = {**os.environ, **perturbation.env}
@@ -189,7 +196,7 @@ def stability(
             print(f"stability: running the suite under {name} ({perturbation.what}) ...")
             start = time.monotonic()
             log = root / "logs" / "stability" / f"{name}.log"
-            records = _run_suite(root.resolve(), name, perturbation, where, cores, log)
+            records = _run_suite(root.resolve(), commit, name, perturbation, where, cores, log)
             entry = compare(baseline, records)
             entry |= {
                 "what": perturbation.what,
