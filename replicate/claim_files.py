@@ -59,8 +59,9 @@ UNTESTED = "not-tested"
 
 Provenance = Literal["paper", "derived", "proposal", "settings"]
 """Whose statement a claim checks: the paper's own result; our derivation from it; our
-proposal (a check the paper does not make); or a consistency check of our settings or
-instantiated model against the paper's tables (``settings``)."""
+proposal (a check the paper does not make); or a consistency check (``settings``): our
+settings or instantiated model against the paper's tables, or our code against itself (a
+count from our own formulas, a structural identity, a fit read back), never a result."""
 
 
 class Expectation(Strict):

@@ -23,7 +23,7 @@ PROVENANCE = {
     "paper": "the papers' results",
     "derived": "our derivations from them",
     "proposal": "our proposed checks",
-    "settings": "settings consistency (Tables 1–2 style)",
+    "settings": "consistency checks (our settings and code, not results)",
 }
 SHORT = {
     "holds": "✓",
