@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicate import claims, io
+from replicate import claims, io, verdicts
 from replicate.claim_files import Recording, load_claims, recorded_file, write_recorded
 from replicate.params import PROVENANCE_FILE, ConfigError, Params
 from replicate.record import current_experiments
@@ -33,7 +33,9 @@ from replicate.report import value_text
 from replicate.verdicts import ClaimRecord
 
 RECORDED_ELSEWHERE = ("dvc.lock",)
-"""Files a run itself rewrites: changes to them do not make the tree dirty for `expect`."""
+"""Files a run itself rewrites: changes to them do not make the tree dirty for `expect`; nor
+do changes to the per-paper verdict summaries (`verdicts.VERDICTS_DIR`), written by the
+claims step and tracked in git for `dvc metrics diff`."""
 
 
 class RefusedRecording(ConfigError):
@@ -67,7 +69,8 @@ def clean_commit(root: Path, recorded: Path) -> str:
     _git(root, "rev-parse", "--is-inside-work-tree")
     allowed = {*RECORDED_ELSEWHERE, str(recorded.resolve().relative_to(root.resolve()))}
     changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line[3:]]
-    dirty = [path for path in changed if path not in allowed]
+    summaries = f"{verdicts.VERDICTS_DIR}/"
+    dirty = [p for p in changed if p not in allowed and not p.startswith(summaries)]
     if dirty:
         more = f" and {len(dirty) - 3} more" if len(dirty) > 3 else ""
         raise RefusedRecording(
