@@ -32,6 +32,9 @@ RECORDED_FILE = "recorded.json"
 NOT_RECORDED = "not recorded yet: run the claim, then `python -m replicate expect {id}`"
 """The basis shown for an expectation that rests on no recording and no written basis."""
 
+STABILITY_FILE = "stability.json"
+"""The last stability check's results (`replicate.stability`), also kept in the claims folder."""
+
 
 class ClaimTolerance(Strict):
     paper: Annotated[float, Field(ge=0.0)]
@@ -353,7 +356,7 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
         raise ConfigError(
             f"params.yaml: claims_dir = {params.raw.claims_dir!r}: {folder} is not a folder"
         )
-    known = {claims_file(folder, p).name for p in PAPERS} | {RECORDED_FILE}
+    known = {claims_file(folder, p).name for p in PAPERS} | {RECORDED_FILE, STABILITY_FILE}
     strays = sorted(p.name for p in folder.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
     strays = [name for name in strays if name not in known]
     if strays:

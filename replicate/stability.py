@@ -32,12 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from replicate import io, verdicts
+from replicate.claim_files import STABILITY_FILE
 from replicate.expect import clean_commit
 from replicate.params import ConfigError, Params
 from replicate.verdicts import ClaimRecord
-
-STABILITY_FILE = "stability.json"
-"""Written next to the claims files (``params.claims_dir``)."""
 
 
 @dataclass(frozen=True)

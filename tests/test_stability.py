@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replicate.claim_files import load_claims
 from replicate.config import load_params
 from replicate.expect import RefusedRecording
 from replicate.params import ConfigError
@@ -123,6 +124,7 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     clone_params = yaml.safe_load((tmp_path / "threads-2" / "params.yaml").read_text())
     assert clone_params["runtime"]["threads"] == 2
     assert written["scale"] == "ci" and len(written["commit"]) >= 7
+    assert len(load_claims(params).claims) == len(claims)  # the claims folder still loads
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")
