@@ -199,3 +199,42 @@ def test_initialize_hook_and_snapshots() -> None:
     assert snaps[10]["transformer.wpe.weight"].abs().max() > 0  # and training moved on from it
     final = dict(run.model.named_parameters())["transformer.h.0.mlp.c_fc.weight"]
     assert torch.equal(snaps[10]["transformer.h.0.mlp.c_fc.weight"], final.detach())
+
+
+def test_orders_trained_as_one_ensemble_equal_their_own_trainings() -> None:
+    """Paper D's maps train the orders that share a step count as one ensemble (issue 21):
+    each order's models and test losses are those of training that order alone."""
+    from types import SimpleNamespace
+
+    from replicate.experiments.two_layer.maps import MapsSettings, train_orders
+
+    configure_torch(1)
+    settings = {
+        "states": 2,
+        "seeds": [0, 1],
+        "per_kernel": 1,
+        "arch": {"n_embd": 8, "value_rpe": True, "init_std": 0.02},
+        "training": {"steps": 12, "batch_size": 4, "seq_len": 8, "eval_every": 4,
+                     "test_sequences": 4, "test_seed": 3},
+        "optim": {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 1e-3,
+                  "schedule": "onecycle_cosine", "pct_start": 0.02, "div_factor": 100.0,
+                  "final_div_factor": 0.05, "clip_norm": 1.0},
+        "evaluation_set": {"sequences": 4, "seed": 5, "map_sequences": 2},
+    }  # fmt: skip
+    ctx = SimpleNamespace(label=lambda text: text, progress=False)
+    orders = [{"order": 1, "step_scale": 2.0}, {"order": 2, "step_scale": 1.0}]
+    joint = train_orders(
+        MapsSettings(**settings, orders=[*orders, {"order": 3, "step_scale": 2.0}]), ctx
+    )
+    for run in orders:
+        alone = train_orders(MapsSettings(**settings, orders=[run]), ctx)[run["order"]]
+        together = joint[run["order"]]
+        assert together.steps == alone.steps == round(12 * run["step_scale"])
+        assert torch.equal(together.test_tokens, alone.test_tokens)
+        np.testing.assert_allclose(together.test_loss, alone.test_loss, rtol=0, atol=1e-6)
+        for (name, a), b in zip(
+            together.model.state_dict().items(), alone.model.state_dict().values(), strict=True
+        ):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6, err_msg=name)
+    # training moved the models: the comparison above is not between two initialisations
+    assert not np.allclose(joint[1].test_loss[:, 0], joint[1].test_loss[:, -1], atol=1e-3)

@@ -181,6 +181,30 @@ def test_perturbation_marginal_is_the_mixed_kernel() -> None:
     assert torch.allclose(drawn.next_law, mixed[last])
 
 
+def test_perturbed_path_equals_a_per_token_loop() -> None:
+    """x_{t+1} = F^{-1}((1 - eps) P[c_t] + eps Q_t)(u_{t+1}), token by token in plain Python,
+    from the generator's draws in the source's order: kernels, path uniforms, then Q."""
+    states, order, eps, batch, length = 3, 2, 0.3, 6, 40
+    drawn = InContextSource(states, order, 1.0, perturbation=eps).draw(batch, length, _gen(18))
+    gen = _gen(18)
+    kernels = draw_kernels(states, order, 1.0, batch, gen).tolist()
+    uniforms = torch.rand(batch, length, dtype=torch.float64, generator=gen)
+    mix = torch.empty(batch, length, states, dtype=torch.float64).exponential_(generator=gen)
+    mix = (mix / mix.sum(-1, keepdim=True)).tolist()
+    for b in range(batch):
+        path = [min(int(u * states), states - 1) for u in uniforms[b, :order].tolist()]
+        for t in range(order, length):
+            context = sum(tok * states ** (order - 1 - j) for j, tok in enumerate(path[-order:]))
+            cumulative, token = 0.0, states - 1
+            for s, (p, q) in enumerate(zip(kernels[b][context], mix[b][t], strict=True)):
+                cumulative += (1.0 - eps) * p + eps * q
+                if uniforms[b, t].item() < cumulative:
+                    token = s
+                    break
+            path.append(token)
+        assert drawn.tokens[b].tolist() == path
+
+
 def test_same_generator_state_gives_the_same_batch() -> None:
     for source in (
         InContextSource(states=5, order=2, alpha=0.5),

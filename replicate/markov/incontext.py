@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 
 from replicate.markov.chains import ChainParameterError
@@ -185,30 +186,35 @@ def _scan(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Extend ``first`` (batch, k) to (batch, L) with x_t = F^{-1}_{row_t}(u_t); row_t =
     P[c_t], or (1 - eps) P[c_t] + eps mix[:, t] when ``mix`` is given (spec D §1.4).
-
     One vectorised step per position: gather the current context's row for the whole
     batch, invert its CDF at u_t, shift the context. Returns the tokens and the context
     index of the last k tokens.
+
+    The loop runs on NumPy arrays: the same float64 arithmetic and comparisons as torch's
+    (so the same paths), at a fraction of torch's per-operation cost on these small rows
+    (issue 21: `benchmarks/step_profile.py`).
     """
     batch, length = u.shape
     order, states = first.shape[1], kernels.shape[-1]
     contexts = kernels.shape[-2]
     wrap = states ** (order - 1)
-    tokens = torch.empty(batch, length, dtype=torch.int64, device=u.device)
-    tokens[:, :order] = first
-    context = context_indices(first, order, states).squeeze(-1)
-    flat = kernels.reshape(batch * contexts, states)
-    if mix is None:
+    tokens = np.empty((batch, length), dtype=np.int64)
+    tokens[:, :order] = first.cpu().numpy()
+    context = context_indices(first, order, states).squeeze(-1).cpu().numpy()
+    flat = kernels.reshape(batch * contexts, states).cpu().numpy()
+    uniforms = u.cpu().numpy()
+    mixes = mix.cpu().numpy() if mix is not None else None
+    if mixes is None:
         flat = flat.cumsum(-1)
-    base = torch.arange(batch, device=u.device) * contexts
+    base = np.arange(batch) * contexts
     for t in range(order, length):
-        row = flat.index_select(0, base + context)
-        if mix is not None:
-            row = ((1.0 - eps) * row + eps * mix[:, t]).cumsum(-1)
-        token = _inverse_cdf(row, u[:, t])
+        row = flat[base + context]
+        if mixes is not None:
+            row = ((1.0 - eps) * row + eps * mixes[:, t]).cumsum(-1)
+        token = np.minimum((uniforms[:, t, None] >= row).sum(-1), states - 1)
         tokens[:, t] = token
         context = (context % wrap) * states + token
-    return tokens, context
+    return torch.from_numpy(tokens).to(u.device), torch.from_numpy(context).to(u.device)
 
 
 def _path_uniforms(
