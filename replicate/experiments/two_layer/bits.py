@@ -88,6 +88,9 @@ def bits(s: BitsSettings, ctx: RunContext) -> Metrics:
         metrics["min_mm8_minus_mm_ref"] = float((by[8].mm - by[ref].mm).min())
         metrics["max_mm2_minus_mm_ref"] = float((by[2].mm - by[ref].mm).max())
         metrics["max_mm4_minus_mm8"] = float((by[4].mm - by[8].mm).max())
+        for seed in up.seeds:  # per-seed values: the claims' seed verdicts and seed range
+            metrics[f"seed{seed}/mm8_minus_mm_ref"] = float(by[8].mm[seed] - by[ref].mm[seed])
+            metrics[f"seed{seed}/mm4_minus_mm8"] = float(by[4].mm[seed] - by[8].mm[seed])
     _plot(frame, s, ctx)
     return metrics
 

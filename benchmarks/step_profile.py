@@ -1,0 +1,116 @@
+"""Per-step time of one representative training per paper, before and after, side by side
+(issue 21). Printed, never asserted.
+
+Each representative experiment runs at ci scale with every training cut to ``--steps``
+steps (`python -m replicate calibrate`, the cost plan's own measurement: the median wall
+time of one training step, evaluation excluded), once in a scratch worktree of the
+baseline commit and once in this tree, one after the other on the same machine. Lightning's
+own profiler (``PL_TRAINER_PROFILER=simple``, read by every `Trainer`) splits this tree's
+steps into where their time goes: drawing the batch, the forward pass with the loss, the
+backward pass, the optimiser (with gradient clipping and the step's schedule), and the rest
+(Lightning's loop and hooks).
+
+    python benchmarks/step_profile.py [--baseline 0c95b51] [--steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REPRESENTATIVES = ("attn_markov_fig3", "local_global_fig3", "subngrams_fig3", "two_layer_maps")
+# Lightning's SimpleProfiler actions (mean seconds per call) that make up one training step.
+ACTIONS = {
+    "step": "run_training_batch",
+    "batch": "[_TrainingEpochLoop].train_dataloader_next",
+    "forward": "[Strategy]SingleDeviceStrategy.training_step",
+    "backward": "[Strategy]SingleDeviceStrategy.backward",
+    "optimizer": "[LightningModule]EnsembleModule.optimizer_step",
+}
+PARTS = ("batch", "forward", "backward", "optimizer", "other")
+ROW = re.compile(r"^\|\s+(\S.*?)\s+\|\s+([0-9.eE+-]+)\s+\|\s+(\d+)\s+\|")
+
+
+def calibrate(tree: Path, experiment: str, steps: int, profile: bool) -> tuple[dict, str]:
+    """The calibration of ``experiment`` in ``tree`` and the process's output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if profile:
+        env["PL_TRAINER_PROFILER"] = "simple"
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "cost.json"
+        command = [sys.executable, "-m", "replicate", "--scale", "ci", "calibrate", experiment,
+                   "--root", scratch, "--steps", str(steps), "--out", str(out)]  # fmt: skip
+        done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+        if done.returncode != 0 or not out.exists():
+            raise SystemExit(f"{experiment} in {tree}: calibration failed\n{done.stderr[-2000:]}")
+        cost = json.loads(out.read_text())
+    if cost["status"] != "ok":
+        raise SystemExit(f"{experiment} in {tree}: {cost['status']}")
+    return cost, done.stdout + done.stderr
+
+
+def step_ms(cost: dict) -> float:
+    """Milliseconds per step, summed over the experiment's trainings (each trains once)."""
+    return 1e3 * sum(t["step_seconds"] for t in cost["trainings"])
+
+
+def breakdown(report: str) -> dict[str, float]:
+    """Mean milliseconds per step of each part, summed over the reports (one per training):
+    the optimizer's action holds the forward and backward passes (Lightning's closure), so
+    they are subtracted from it; 'other' is the step minus the four parts."""
+    parts = dict.fromkeys(ACTIONS, 0.0)
+    names = {action: part for part, action in ACTIONS.items()}
+    for line in report.splitlines():
+        match = ROW.match(line.strip())
+        if match and match.group(1) in names:
+            parts[names[match.group(1)]] += 1e3 * float(match.group(2))
+    parts["optimizer"] -= parts["forward"] + parts["backward"]
+    parts["other"] = parts["step"] - sum(parts[p] for p in PARTS[:4])
+    return parts
+
+
+def baseline_tree(revision: str, folder: Path) -> Path:
+    tree = folder / "baseline"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(tree),
+                    revision], check=True)  # fmt: skip
+    return tree
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default="0c95b51", help="commit before issue 21's changes")
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = baseline_tree(args.baseline, Path(scratch))
+        try:
+            before = {e: calibrate(tree, e, args.steps, False)[0] for e in REPRESENTATIVES}
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)])
+    after, parts = {}, {}
+    for experiment in REPRESENTATIVES:
+        after[experiment] = calibrate(REPO, experiment, args.steps, False)[0]
+        parts[experiment] = breakdown(calibrate(REPO, experiment, args.steps, True)[1])
+    print(f"ms per training step at ci scale, {args.steps}-step calibrations, one CPU thread")
+    print(f"{'experiment':<20} {'before':>8} {'after':>8} {'after/before':>13}   where a step goes "
+          f"now: {' / '.join(PARTS)} (Lightning's profiler, ms)")  # fmt: skip
+    for e in REPRESENTATIVES:
+        b, a, p = step_ms(before[e]), step_ms(after[e]), parts[e]
+        split = " / ".join(f"{p[k]:.1f}" for k in PARTS)
+        print(f"{e:<20} {b:8.1f} {a:8.1f} {a / b:13.2f}   {split}")
+    total_b = sum(step_ms(c) for c in before.values())
+    total_a = sum(step_ms(c) for c in after.values())
+    print(f"{'sum':<20} {total_b:8.1f} {total_a:8.1f} {total_a / total_b:13.2f}   "
+          f"(per-step time {'down' if total_a < total_b else 'up'} "
+          f"{abs(1 - total_a / total_b):.0%}; baseline {args.baseline})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
