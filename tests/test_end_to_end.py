@@ -29,7 +29,6 @@ TINY_MISSING = {
     "C-F6b-minibatch-gradient": NO_PLATEAU,
     "C-F6c-population-gradient": NO_PLATEAU,
     "C-F6d-peak-in-transition": NO_PLATEAU,
-    "C-F7a-level": NO_PLATEAU,
     "C-G2-near-stationary": "the tiny Thm. 4.2 grid (T in 16, 32) has no cell above 2x the floor",
     "C-G3-vs-random": "the tiny Thm. 4.2 grid (T in 16, 32) has no ratio cell: NaN",
     "C-G3-vs-mid": "the tiny Thm. 4.2 grid (T in 16, 32) has no ratio cell: NaN",
