@@ -4,7 +4,10 @@
 Each representative experiment runs at ci scale with every training cut to ``--steps``
 steps (`python -m replicate calibrate`, the cost plan's own measurement: the median wall
 time of one training step, evaluation excluded), once in a scratch worktree of the
-baseline commit and once in this tree, one after the other on the same machine. Lightning's
+baseline commit and once in this tree, one after the other on the same machine; the
+printed seconds are each training's full step count times that median, summed over the
+experiment's trainings (so an experiment that joins trainings into one ensemble compares
+fairly), and the ms per step their steps-weighted mean. Lightning's
 own profiler (``PL_TRAINER_PROFILER=simple``, read by every `Trainer`) splits this tree's
 steps into where their time goes: drawing the batch, the forward pass with the loss, the
 backward pass, the optimiser (with gradient clipping and the step's schedule), and the rest
@@ -35,7 +38,14 @@ ACTIONS = {
     "optimizer": "[LightningModule]EnsembleModule.optimizer_step",
 }
 PARTS = ("batch", "forward", "backward", "optimizer", "other")
-ROW = re.compile(r"^\|\s+(\S.*?)\s+\|\s+([0-9.eE+-]+)\s+\|\s+(\d+)\s+\|")
+ROW = re.compile(r"^\|\s+(\S.*?)\s+\|\s+([0-9.eE+-]+)\s+\|\s+(\d+)\s+\|\s+([0-9.eE+-]+)\s+\|")
+# Lightning's profiler reports through its logger, which the trainings quiet: the child
+# process lets that one logger speak, then runs `python -m replicate` as usual.
+CHILD = (
+    "import logging, runpy; "
+    "logging.getLogger('lightning.pytorch.profilers').setLevel(logging.INFO); "
+    "runpy.run_module('replicate', run_name='__main__', alter_sys=True)"
+)
 
 
 def calibrate(tree: Path, experiment: str, steps: int, profile: bool) -> tuple[dict, str]:
@@ -45,7 +55,7 @@ def calibrate(tree: Path, experiment: str, steps: int, profile: bool) -> tuple[d
         env["PL_TRAINER_PROFILER"] = "simple"
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "cost.json"
-        command = [sys.executable, "-m", "replicate", "--scale", "ci", "calibrate", experiment,
+        command = [sys.executable, "-c", CHILD, "--scale", "ci", "calibrate", experiment,
                    "--root", scratch, "--steps", str(steps), "--out", str(out)]  # fmt: skip
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
         if done.returncode != 0 or not out.exists():
@@ -56,21 +66,29 @@ def calibrate(tree: Path, experiment: str, steps: int, profile: bool) -> tuple[d
     return cost, done.stdout + done.stderr
 
 
-def step_ms(cost: dict) -> float:
-    """Milliseconds per step, summed over the experiment's trainings (each trains once)."""
-    return 1e3 * sum(t["step_seconds"] for t in cost["trainings"])
+def training(cost: dict) -> tuple[float, int]:
+    """(seconds, steps) of the experiment's trainings at full length: each training's steps
+    times its median step time (evaluation excluded), summed over its trainings."""
+    seconds = sum(t["steps"] * t["step_seconds"] for t in cost["trainings"])
+    return seconds, sum(t["steps"] for t in cost["trainings"])
 
 
 def breakdown(report: str) -> dict[str, float]:
-    """Mean milliseconds per step of each part, summed over the reports (one per training):
-    the optimizer's action holds the forward and backward passes (Lightning's closure), so
-    they are subtracted from it; 'other' is the step minus the four parts."""
-    parts = dict.fromkeys(ACTIONS, 0.0)
+    """Milliseconds per training step of each part, over every training's report: the
+    optimizer's action holds the forward and backward passes (Lightning's closure), so they
+    are subtracted from it; 'other' is the step minus the four parts."""
+    totals = dict.fromkeys(ACTIONS, 0.0)
+    steps = 0
     names = {action: part for part, action in ACTIONS.items()}
     for line in report.splitlines():
         match = ROW.match(line.strip())
         if match and match.group(1) in names:
-            parts[names[match.group(1)]] += 1e3 * float(match.group(2))
+            totals[names[match.group(1)]] += float(match.group(4))
+            if match.group(1) == ACTIONS["step"]:
+                steps += int(match.group(3))
+    if not steps:
+        raise SystemExit("no profiler report in the calibration's output")
+    parts = {part: 1e3 * total / steps for part, total in totals.items()}
     parts["optimizer"] -= parts["forward"] + parts["backward"]
     parts["other"] = parts["step"] - sum(parts[p] for p in PARTS[:4])
     return parts
@@ -98,18 +116,22 @@ def main() -> None:
     for experiment in REPRESENTATIVES:
         after[experiment] = calibrate(REPO, experiment, args.steps, False)[0]
         parts[experiment] = breakdown(calibrate(REPO, experiment, args.steps, True)[1])
-    print(f"ms per training step at ci scale, {args.steps}-step calibrations, one CPU thread")
-    print(f"{'experiment':<20} {'before':>8} {'after':>8} {'after/before':>13}   where a step goes "
-          f"now: {' / '.join(PARTS)} (Lightning's profiler, ms)")  # fmt: skip
+    print(f"ci scale, trainings cut to {args.steps} steps for the timing, one CPU thread; "
+          "training s = steps x median step time, summed over trainings")  # fmt: skip
+    print(f"{'experiment':<20} {'before s':>9} {'after s':>9} {'ms/step':>15} {'after/before':>13}"
+          f"   where a step goes now, ms: {' / '.join(PARTS)}")  # fmt: skip
+    totals = [0.0, 0.0]
     for e in REPRESENTATIVES:
-        b, a, p = step_ms(before[e]), step_ms(after[e]), parts[e]
+        (b, steps_b), (a, steps_a), p = training(before[e]), training(after[e]), parts[e]
+        totals = [totals[0] + b, totals[1] + a]
+        per_step = f"{1e3 * b / steps_b:.1f} -> {1e3 * a / steps_a:.1f}"
         split = " / ".join(f"{p[k]:.1f}" for k in PARTS)
-        print(f"{e:<20} {b:8.1f} {a:8.1f} {a / b:13.2f}   {split}")
-    total_b = sum(step_ms(c) for c in before.values())
-    total_a = sum(step_ms(c) for c in after.values())
-    print(f"{'sum':<20} {total_b:8.1f} {total_a:8.1f} {total_a / total_b:13.2f}   "
-          f"(per-step time {'down' if total_a < total_b else 'up'} "
-          f"{abs(1 - total_a / total_b):.0%}; baseline {args.baseline})")  # fmt: skip
+        print(f"{e:<20} {b:9.1f} {a:9.1f} {per_step:>15} {a / b:13.2f}   {split}")
+    b, a = totals
+    print(
+        f"{'sum':<20} {b:9.1f} {a:9.1f} {'':>15} {a / b:13.2f}   (training time "
+        f"{'down' if a < b else 'up'} {abs(1 - a / b):.0%}; baseline {args.baseline})"
+    )
 
 
 if __name__ == "__main__":
