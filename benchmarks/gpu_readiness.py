@@ -127,7 +127,7 @@ def bench_processes(cfg: GPTConfig, plan: TrainingPlan, args: argparse.Namespace
 def bench_memory(cfg: GPTConfig, plan: TrainingPlan) -> None:
     """Measured CUDA bytes per member and the chunk size automatic chunking picks."""
     from lightning_modules import member_generator
-    from lightning_modules.markov_data import sample_members
+    from lightning_modules.sources import sample_members
     from replicate.chunking import cuda_member_bytes, members_that_fit
 
     member = ChainMember(binary_kernel(0.5, 0.8), binary_stationary(0.5, 0.8), 0)

@@ -12,15 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
-    from lightning_modules.ensemble_module import EnsembleModule, OptimConfig
-    from lightning_modules.markov_data import (
-        ChainMember,
-        FixedChain,
-        MarkovEnsembleData,
-        Member,
-        SequenceBatch,
-        Source,
-    )
+    from lightning_modules.ensemble_module import EnsembleModule
+    from lightning_modules.markov_data import MarkovEnsembleData
     from lightning_modules.objectives import (
         BinaryLogitCE,
         LastTokenLawCE,
@@ -30,7 +23,9 @@ if TYPE_CHECKING:
         evaluate_next_token,
         per_member_cross_entropy,
     )
+    from lightning_modules.optim import OptimConfig
     from lightning_modules.seeding import member_generator, member_seed
+    from lightning_modules.sources import ChainMember, FixedChain, Member, SequenceBatch, Source
 
 _SUBMODULE = {
     "EnsembleGPT": "ensemble_gpt",
@@ -38,13 +33,13 @@ _SUBMODULE = {
     "LayerConfig": "ensemble_gpt",
     "SublayerConfig": "ensemble_gpt",
     "EnsembleModule": "ensemble_module",
-    "OptimConfig": "ensemble_module",
-    "ChainMember": "markov_data",
-    "FixedChain": "markov_data",
+    "OptimConfig": "optim",
+    "ChainMember": "sources",
+    "FixedChain": "sources",
     "MarkovEnsembleData": "markov_data",
-    "Member": "markov_data",
-    "SequenceBatch": "markov_data",
-    "Source": "markov_data",
+    "Member": "sources",
+    "SequenceBatch": "sources",
+    "Source": "sources",
     "BinaryLogitCE": "objectives",
     "LastTokenLawCE": "objectives",
     "NextTokenCE": "objectives",

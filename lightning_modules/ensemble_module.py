@@ -18,51 +18,17 @@ same numbers as an uninterrupted run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
 
 import lightning as L
 import numpy as np
 import torch
 from torch import nn
 
-from lightning_modules.markov_data import SequenceBatch
+from lightning_modules.measures import Probe, member_gradients, member_norms, population_grad_norm
 from lightning_modules.objectives import NextTokenCE, Objective
-
-Probe = Callable[[nn.Module], np.ndarray]
-"""A measurement of the model at an evaluation step: an array with leading axis E."""
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """AdamW (or plain SGD) with a schedule; Adam's beta1 = 0 is allowed (paper C's code,
-    spec C §0.5). ``algorithm = "sgd"`` is plain SGD without momentum (paper B's canonical
-    3-scalar model, the authors' ``Markov-Fixed`` code, spec B §3.4).
-
-    Schedules: ``constant``; ``onecycle_cosine``, the authors' OneCycleLR of papers A and D
-    (warm-up over ``pct_start`` from lr/div_factor, cosine down to
-    lr/(div_factor*final_div_factor)); ``warmup_cosine``, linear warm-up over
-    ``pct_start`` from 0 then cosine to 0. ``clip_norm`` clips each member's gradient norm
-    (paper D, spec D §5: 1.0); None disables clipping.
-    """
-
-    lr: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.95
-    weight_decay: float = 1e-3
-    schedule: Literal["constant", "onecycle_cosine", "warmup_cosine"] = "onecycle_cosine"
-    pct_start: float = 0.02
-    div_factor: float = 100.0
-    final_div_factor: float = 0.05
-    clip_norm: float | None = None
-    algorithm: Literal["adamw", "sgd"] = "adamw"
-
-
-def member_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """(E,) Euclidean norm of each member's slice (axis 0) over all ``tensors``."""
-    squares = sum(t.detach().double().pow(2).reshape(t.shape[0], -1).sum(1) for t in tensors)
-    return torch.as_tensor(squares).sqrt()
+from lightning_modules.optim import OptimConfig
+from lightning_modules.sources import SequenceBatch
 
 
 class EnsembleModule(L.LightningModule):
@@ -263,43 +229,3 @@ class EnsembleModule(L.LightningModule):
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, self.steps - warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def member_gradients(
-    model: nn.Module, objective: Objective, batch: SequenceBatch
-) -> list[torch.Tensor]:
-    """Gradients of the summed member losses on ``batch``: slice i is member i's own
-    gradient. Parameters the loss does not reach get zeros; ``.grad`` is left untouched."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    device = params[0].device
-    moved = SequenceBatch(*(t if t is None else t.to(device) for t in batch))
-    with torch.enable_grad():
-        loss = objective.loss(model, moved).sum()
-        return list(torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True))
-
-
-def population_grad_norm(
-    model: nn.Module, objective: Objective, batch: SequenceBatch, chunks: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(E,) unbiased estimate of ||E g|| and its noise floor over ``chunks`` chunks of ``batch``.
-
-    With g_m the mean gradient of chunk m (M chunks), ||E g||^2 is estimated without bias
-    by (||sum_m g_m||^2 - sum_m ||g_m||^2) / (M (M - 1)); the estimate is its square root
-    clipped at 0, the floor ||std_m(g_m)|| / sqrt(M) (spec C §3.5). Gradients are
-    accumulated in float64.
-    """
-    if chunks < 2:
-        raise ValueError(f"the population-gradient estimator needs >= 2 chunks, got {chunks}")
-    total: list[torch.Tensor] | None = None
-    sum_sq = torch.zeros((), dtype=torch.float64)
-    parts = [t.chunk(chunks, dim=1) for t in batch if t is not None]
-    for part in zip(*parts, strict=True):
-        grads = [g.double() for g in member_gradients(model, objective, SequenceBatch(*part))]
-        sum_sq = sum_sq + member_norms(grads).pow(2).cpu()
-        total = grads if total is None else [a + b for a, b in zip(total, grads, strict=True)]
-    assert total is not None, "empty gradient set"
-    m = float(chunks)
-    sum_norm_sq = member_norms(total).pow(2).cpu()
-    estimate = ((sum_norm_sq - sum_sq) / (m * (m - 1))).clamp(min=0.0).sqrt()
-    floor = ((sum_sq - sum_norm_sq / m) / (m - 1)).clamp(min=0.0).sqrt() / math.sqrt(m)
-    return estimate.numpy(), floor.numpy()

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_modules.markov_data import SequenceBatch
+from lightning_modules.sources import SequenceBatch
 
 
 class Objective(Protocol):

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         SequenceBatch,
         TestEvaluation,
     )
-    from lightning_modules.ensemble_module import Probe
+    from lightning_modules.measures import Probe
 
 
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
@@ -358,7 +358,7 @@ def _members_per_chunk(
 ) -> int:
     """The chunk size `DeviceSettings` give for this training (see there)."""
     from lightning_modules import member_generator
-    from lightning_modules.markov_data import sample_members
+    from lightning_modules.sources import sample_members
 
     if _DEVICE.max_members_per_chunk is not None:
         return _DEVICE.max_members_per_chunk

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from lightning_modules import OptimConfig, SequenceBatch
-from lightning_modules.ensemble_module import EnsembleModule, population_grad_norm
+from lightning_modules.ensemble_module import EnsembleModule
+from lightning_modules.measures import population_grad_norm
 
 
 class _Linear(nn.Module):

@@ -219,6 +219,45 @@ def test_same_generator_state_gives_the_same_batch() -> None:
         assert not torch.equal(a[0], c[0])
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        InContextSource(3, 2, 0.5),
+        InContextSource(2, 3, 1.0, initial="stationary", per_kernel=4),
+        InContextSource(3, 2, 1.0, substitution=0.2),
+        InContextSource(3, 1, 1.0, perturbation=0.3),
+    ],
+    ids=["plain", "stationary-per-kernel", "substitution", "perturbation"],
+)
+def test_draws_of_many_generators_equal_separate_draws(source: InContextSource) -> None:
+    """The joint scan of `draw_many` gives every generator its own draw, bit for bit, and
+    leaves each generator where a single draw leaves it."""
+    joint_gens, single_gens = [_gen(s) for s in (3, 4, 5)], [_gen(s) for s in (3, 4, 5)]
+    joint = source.draw_many(8, 20, joint_gens)
+    for drawn, gen, joint_gen in zip(joint, single_gens, joint_gens, strict=True):
+        alone = source.draw(8, 20, gen)
+        for name, value in alone._asdict().items():
+            assert torch.equal(getattr(drawn, name), value), name
+        assert torch.equal(gen.get_state(), joint_gen.get_state())
+    tokens, law = source.sample_many(8, 20, [_gen(s) for s in (3, 4, 5)])
+    assert torch.equal(tokens, torch.stack([d.tokens for d in joint]))
+    assert torch.equal(law, torch.stack([d.next_law for d in joint]))
+
+
+def test_members_of_one_source_are_drawn_together_as_if_alone() -> None:
+    """`sample_members` joins members of equal sources (any order) and keeps each draw."""
+    from lightning_modules.sources import ChainMember, Member, sample_members
+
+    a, b = InContextSource(3, 2, 0.5), InContextSource(2, 1, 1.0)
+    kernel = torch.tensor([[0.9, 0.1], [0.2, 0.8]], dtype=torch.float64).numpy()
+    members = [Member(a, 0), Member(b, 1), Member(a, 2), ChainMember(kernel, kernel[0], 3)]
+    batch = sample_members(members, 6, 10, [_gen(s) for s in range(4)])
+    for i, m in enumerate(members):
+        tokens, _ = m.source.sample(6, 10, _gen(i))
+        assert torch.equal(batch.tokens[i], tokens)
+    assert batch.next_law is None  # the fixed chain has no law: none is returned
+
+
 def test_key_identifies_the_distribution() -> None:
     base = InContextSource(states=3, order=2, alpha=0.5)
     assert base.key() == InContextSource(states=3, order=2, alpha=0.5).key()

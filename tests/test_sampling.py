@@ -93,7 +93,7 @@ def test_bad_shapes_are_rejected() -> None:
 def test_members_sampled_together_equal_members_sampled_alone() -> None:
     """The DataModule's one-scan sampling of an ensemble equals per-member sampling."""
     from lightning_modules import ChainMember
-    from lightning_modules.markov_data import sample_members
+    from lightning_modules.sources import sample_members
 
     members = [
         ChainMember(binary_kernel(0.5, 0.8), binary_stationary(0.5, 0.8), 0),

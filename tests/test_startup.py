@@ -67,6 +67,16 @@ def test_running_one_experiment_loads_only_its_paper() -> None:
     assert not any(loaded[heavy] for heavy in HEAVY)  # a rule that trains nothing
 
 
+def test_validating_every_experiment_does_not_import_lightning() -> None:
+    """What the Snakefile does when it parses (every experiment at both scales), and every
+    rule that trains nothing: the settings and the sources live apart from Lightning."""
+    loaded = _loaded_after(
+        f"from replicate.config import load_params\nload_params({str(PARAMS_FILE)!r})"
+    )
+    assert all(loaded[f"replicate.experiments.{p}"] for p in PAPERS)
+    assert not loaded["lightning"]
+
+
 def test_lazy_settings_equal_eager_ones() -> None:
     eager = load_params(PARAMS_FILE)
     lazy = load_params(PARAMS_FILE, only=["attn_markov_fig3"])

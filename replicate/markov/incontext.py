@@ -29,6 +29,7 @@ a Dirichlet row is the softmax of S such log-Gamma variates.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -51,7 +52,7 @@ def _log_gamma(
     shape = alpha + 1.0 if alpha < 1.0 else alpha
     d = shape - 1.0 / 3.0
     c = 1.0 / math.sqrt(9.0 * d)
-    out = torch.empty(count, dtype=torch.float64, device=device)
+    out: torch.Tensor | None = None
     pending = torch.arange(count, device=device)
     while pending.numel():
         m = pending.numel()
@@ -60,8 +61,12 @@ def _log_gamma(
         v = (1.0 + c * z) ** 3
         log_v = torch.log(v.clamp(min=1e-300))
         accept = (v > 0) & (torch.log(u) < 0.5 * z * z + d - d * v + d * log_v)
-        out[pending[accept]] = math.log(d) + log_v[accept]
+        if out is None:  # the first round draws for every variate: no gather, no scatter
+            out = math.log(d) + log_v
+        else:
+            out[pending[accept]] = math.log(d) + log_v[accept]
         pending = pending[~accept]
+    assert out is not None
     if alpha < 1.0:
         u = torch.rand(count, dtype=torch.float64, generator=generator, device=device)
         out += torch.log(u) / alpha
@@ -362,10 +367,35 @@ class InContextSource:
 
     def draw(self, batch: int, length: int, generator: torch.Generator) -> InContextDraw:
         """Kernels, clean path, observed path and next-token law of one batch."""
+        return self.draw_many(batch, length, [generator])[0]
+
+    def draw_many(
+        self, batch: int, length: int, generators: Sequence[torch.Generator]
+    ) -> list[InContextDraw]:
+        """One `draw` per generator, exactly as separate calls would make them.
+
+        The per-position scan of the clean paths runs once over the rows of every draw
+        (issue 21): it is row-wise, so each row takes the same arithmetic and comparisons,
+        and each generator is consumed in the order of a single draw (kernels, path
+        uniforms, then the noise).
+        """
         if batch % self.per_kernel:
             raise ChainParameterError(
                 f"batch ({batch}) must be a multiple of per_kernel ({self.per_kernel})"
             )
+        starts = [self._start(batch, length, g) for g in generators]
+        clean, context = _scan(*(torch.cat(parts) for parts in zip(*starts, strict=True)))
+        return [
+            self._finish(kernels, first, u, path, last, generator)
+            for (kernels, first, u), path, last, generator in zip(
+                starts, clean.split(batch), context.split(batch), generators, strict=True
+            )
+        ]
+
+    def _start(
+        self, batch: int, length: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A draw's kernels (batch, S**k, S), first k tokens and path uniforms (batch, L)."""
         groups = draw_kernels(
             self.states, self.order, self.alpha, batch // self.per_kernel, generator
         )
@@ -376,15 +406,26 @@ class InContextSource:
             first = _stationary_first(pi, u, self.order, self.states)
         else:
             first = _uniform_first(u, self.order, self.states)
-        clean, context = _scan(kernels, first, u)
-        rows = torch.arange(batch, device=u.device)
+        return kernels, first, u
+
+    def _finish(
+        self,
+        kernels: torch.Tensor,
+        first: torch.Tensor,
+        u: torch.Tensor,
+        clean: torch.Tensor,
+        context: torch.Tensor,
+        generator: torch.Generator,
+    ) -> InContextDraw:
+        """The noise and the next-token law of a draw whose clean path is scanned."""
+        rows = torch.arange(clean.shape[0], device=u.device)
         law = kernels[rows, context]
         if self.substitution > 0:
             tokens = self._substitute(clean, generator)
             return InContextDraw(kernels, clean, tokens, self._sub_law(law))
         if self.perturbation > 0:
             eps = self.perturbation
-            mix = torch.empty(batch, length, self.states, dtype=torch.float64, device=u.device)
+            mix = torch.empty(*u.shape, self.states, dtype=torch.float64, device=u.device)
             mix.exponential_(generator=generator)
             mix /= mix.sum(-1, keepdim=True)
             tokens, context = _scan(kernels, first, u, mix, eps)
@@ -410,3 +451,10 @@ class InContextSource:
         """tokens (batch, length) int64 and next_law (batch, S) float64 (Source protocol)."""
         drawn = self.draw(batch, length, generator)
         return drawn.tokens, drawn.next_law
+
+    def sample_many(
+        self, batch: int, length: int, generators: Sequence[torch.Generator]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sample` once per generator, stacked: (G, batch, length) and (G, batch, S)."""
+        draws = self.draw_many(batch, length, generators)
+        return torch.stack([d.tokens for d in draws]), torch.stack([d.next_law for d in draws])

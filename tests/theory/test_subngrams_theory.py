@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lightning_modules import LastTokenLawCE, SequenceBatch
-from lightning_modules.ensemble_module import member_gradients, population_grad_norm
+from lightning_modules.measures import member_gradients, population_grad_norm
 from replicate.analysis import kgram_estimate, paper_c_kgram_lags
 from replicate.experiments.subngrams.common import DataSettings, expand, fixed_set, history_losses
 from replicate.experiments.subngrams.fig2 import constructions

@@ -16,7 +16,7 @@ from torch import nn
 
 from lightning_modules import Member, OptimConfig, SequenceBatch
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled, HiddenSize
-from lightning_modules.ensemble_module import Probe
+from lightning_modules.measures import Probe
 from lightning_modules.objectives import LastTokenLawCE
 from lightning_modules.seeding import member_generator
 from replicate import plotting, settings

@@ -20,7 +20,7 @@ import torch
 from pydantic import Field
 
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
-from lightning_modules.ensemble_module import population_grad_norm
+from lightning_modules.measures import population_grad_norm
 from lightning_modules.objectives import LastTokenLawCE
 from replicate import plotting
 from replicate.experiments.base import Metrics, RunContext
