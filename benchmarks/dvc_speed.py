@@ -6,6 +6,10 @@ parser DVC used before `ruamel.yaml.clib` was a dependency):
 - `dvc repro` with nothing to do;
 - the record step that ends every `snakemake` run (`python -m replicate record`).
 
+Then the commit of a subset of the stages, as after `snakemake fig3` when the claims are not
+current (every experiment's stage, the claims' not): in one collection of dvc.yaml and one
+write of dvc.lock (`replicate.record._commit`, now) against one DVC commit per stage (before).
+
 DVC parses params.yaml once per stage (39 stages), which is most of each command's time.
 Run it in a checkout whose results are complete and recorded (after `snakemake --cores all`);
 it refuses otherwise, since `dvc repro` would then retrain.
@@ -29,6 +33,13 @@ COMMANDS = {
     "dvc repro (nothing to do)": "from dvc.cli import main; sys.exit(main(['repro']))",
     "record step": "from replicate.cli import main; sys.exit(main(['record']))",
 }
+SUBSET = (
+    "from pathlib import Path; from replicate.config import load_params; "
+    "from replicate.record import _commit, current_experiments; "
+    "stages = current_experiments(load_params()); "
+)
+COMMIT_AT_ONCE = SUBSET + "_commit(Path('.'), stages)"
+COMMIT_EACH = SUBSET + "[_commit(Path('.'), [s]) for s in stages]"
 
 
 def _seconds(code: str, project: Path, repeat: int) -> float:
@@ -62,6 +73,10 @@ def main() -> int:
         fast = _seconds(code, args.project, args.repeat)
         slow = _seconds(WITHOUT_C_PARSER + code, args.project, args.repeat)
         print(f"{name:<28}{fast:>14.2f}{slow:>20.2f}{slow / fast:>7.1f}x")
+    print("\ncommit of the experiments' stages (the claims' left out), C parser:")
+    now, before = (_seconds(code, args.project, 1) for code in (COMMIT_AT_ONCE, COMMIT_EACH))
+    print(f"{'all at once (now)':<28}{now:>14.2f}")
+    print(f"{'one per DVC call (before)':<28}{before:>14.2f}{before / now:>27.1f}x")
     return 0
 
 

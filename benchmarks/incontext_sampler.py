@@ -1,23 +1,65 @@
-"""Side-by-side speed ratio of the in-context k-th-order sampler (printed, never asserted).
+"""Side-by-side speed ratios of the in-context k-th-order sampler (printed, never asserted).
 
-`sample_from_kernels` (one vectorised step per position) vs `sample_from_kernels_loop` (a
-Python step per sequence and position), on the same kernels and uniforms, so both return
-the same paths (checked and printed). Times are the fastest of several runs.
+1. `sample_from_kernels` (one vectorised step per position) vs `sample_from_kernels_loop` (a
+   Python step per sequence and position), on the same kernels and uniforms, so both return
+   the same paths (checked and printed).
+2. One training batch of an ensemble (`sample_members`: kernels, paths and next-token laws
+   of every member) at the shapes of paper C's Figs. 1 and 3 and paper D's maps, in this
+   tree and in a scratch worktree of ``--baseline`` (the code before issue 21's sampler
+   changes), each in its own process; the batches' digests show they are the same bytes.
 
-    python benchmarks/incontext_sampler.py [--threads 1]
+Times are the fastest of several runs.
+
+    python benchmarks/incontext_sampler.py [--threads 1] [--baseline 4b2ddb4]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from replicate.markov import draw_kernels, sample_from_kernels, sample_from_kernels_loop
 
 SHAPES = ((128, 32, 5, 2), (64, 128, 3, 3))  # (batch, length, states, order)
+REPO = Path(__file__).resolve().parents[1]
+ENSEMBLE_BATCHES = {  # name: (members' (states, order, alpha) sources, batch, length)
+    "paper C Fig. 1 (E = 2)": ([(3, 4, 0.5)] * 2, 128, 129),
+    "paper C Fig. 3 (E = 3)": ([(5, 3, 0.5)] * 3, 128, 33),
+    "paper D maps, k = 1 and 3 (E = 6)": ([(2, 1, 1.0)] * 3 + [(2, 3, 1.0)] * 3, 64, 33),
+}
+CHILD = """
+import hashlib, json, sys, time, torch
+from lightning_modules import Member
+from replicate.markov import InContextSource
+try:
+    from lightning_modules.sources import sample_members
+except ImportError:  # before issue 21: the sources lived with the DataModule
+    from lightning_modules.markov_data import sample_members
+torch.set_num_threads(int(sys.argv[1]))
+out = {}
+for name, (sources, batch, length) in json.loads(sys.argv[2]).items():
+    members = [Member(InContextSource(*s), seed) for seed, s in enumerate(sources)]
+    draw = lambda: sample_members(
+        members, batch, length, [torch.Generator().manual_seed(m.seed) for m in members]
+    )
+    first = draw()
+    digest = hashlib.sha256(first.tokens.numpy().tobytes() + first.next_law.numpy().tobytes())
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        draw()
+        best = min(best, time.perf_counter() - start)
+    out[name] = [best, digest.hexdigest()[:12]]
+print(json.dumps(out))
+"""
 
 
 def _time(fn: Callable[[], object], repeats: int) -> float:
@@ -50,13 +92,40 @@ def bench(batch: int, length: int, states: int, order: int) -> None:
     )
 
 
+def ensemble_batches(tree: Path, threads: int) -> dict[str, list]:
+    """{name: [fastest seconds, digest]} of `ENSEMBLE_BATCHES` drawn by ``tree``'s code."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(threads), json.dumps(ENSEMBLE_BATCHES)],
+        cwd=tree, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--baseline", default="4b2ddb4", help="commit before the sampler changes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for shape in SHAPES:
         bench(*shape)
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "baseline"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet",
+                        str(tree), args.baseline], check=True)  # fmt: skip
+        try:
+            before = ensemble_batches(tree, args.threads)
+            after = ensemble_batches(REPO, args.threads)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                           check=True)  # fmt: skip
+    print(f"\none training batch of an ensemble, {args.baseline} vs this tree:")
+    for name, (old, old_digest) in before.items():
+        new, new_digest = after[name]
+        print(
+            f"{name}: {old * 1e3:.2f} ms -> {new * 1e3:.2f} ms, {old / new:.2f}x "
+            f"(same bytes: {old_digest == new_digest})"
+        )
 
 
 if __name__ == "__main__":

@@ -23,12 +23,16 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from replicate import verdicts
 from replicate.claim_files import load_claims
 from replicate.experiments import code_dependencies
 from replicate.params import Params
 from replicate.provenance import mismatches
+
+if TYPE_CHECKING:
+    from dvc.repo import Repo
 
 LOCK_WAIT_SECONDS = 300.0
 """How long a record waits for DVC's repository lock: another run's record holds it for
@@ -86,8 +90,7 @@ def record(params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECON
     if len(stages) == len(params.experiments) and claims_current(params, root):
         stages.append("claims")
     if stages:
-        every = len(stages) == len(params.experiments) + 1
-        waited = _commit_when_unlocked(root, stages, every, wait)
+        waited = _commit_when_unlocked(root, stages, wait)
         after = f" (after {waited:.0f} s waiting for DVC's lock)" if waited >= 1 else ""
         print(f"recorded {len(stages)} stage(s) in dvc.lock{after}", file=sys.stderr)
     return stages
@@ -111,7 +114,7 @@ def record_in_dvc(
         return []
 
 
-def _commit_when_unlocked(root: Path, stages: list[str], every: bool, wait: float) -> float:
+def _commit_when_unlocked(root: Path, stages: list[str], wait: float) -> float:
     """`_commit`, tried again while another process holds DVC's lock (each try waits the
     few seconds DVC's lock waits by itself), for up to ``wait`` seconds; returns the seconds
     spent before the try that succeeded. Raises DVC's LockError, naming the lock file, when
@@ -123,7 +126,7 @@ def _commit_when_unlocked(root: Path, stages: list[str], every: bool, wait: floa
     while True:
         attempt = time.monotonic()
         try:
-            _commit(root, stages, every)
+            _commit(root, stages)
             return attempt - start
         except LockError as exc:
             waited = time.monotonic() - start
@@ -135,17 +138,19 @@ def _commit_when_unlocked(root: Path, stages: list[str], every: bool, wait: floa
                 told = True
 
 
-def _commit(root: Path, stages: list[str], every: bool) -> None:
-    """`dvc commit --force` of ``stages`` (``every``: that is all of them, committed in one
-    call and one write of dvc.lock), in this process, parsing params.yaml once.
+def _commit(root: Path, stages: list[str]) -> None:
+    """`dvc commit --force` of ``stages``, in this process: one collection of dvc.yaml's
+    stages, one write of dvc.lock, and params.yaml parsed once.
 
-    DVC parses params.yaml with ruamel's pure-Python loader for the templating of dvc.yaml
-    on every commit, and again for each stage's params: about a second each on this 2-core
-    machine, over a minute for the 39 stages, longer than most ci experiments. The file
-    cannot change during this call, so the parse is shared: DVC's loader (`load_path`, as
-    the params dependency and the templating context call it) is memoised by path,
-    modification time and size. dvc.lock comes out as `dvc commit --force` writes it
-    (tests/test_staleness.py compares it with `dvc status`).
+    DVC's own `Repo.commit` takes one target (or all stages) per call, and each call
+    collects every stage from dvc.yaml and rewrites dvc.lock: seconds per stage, minutes for
+    a subset of the 39. `_commit_stages` is its loop (dvc/repo/commit.py, ``force=True``)
+    over the given stages at once. DVC parses params.yaml with ruamel's loader for the
+    templating of dvc.yaml and again for each stage's params; the file cannot change during
+    this call, so the parse is shared: DVC's loader (`load_path`, as the params dependency
+    and the templating context call it) is memoised by path, modification time and size.
+    dvc.lock comes out as `dvc commit --force` writes it (tests/test_staleness.py compares
+    it with `dvc status`).
     """
     from unittest import mock
 
@@ -168,5 +173,21 @@ def _commit(root: Path, stages: list[str], every: bool) -> None:
         mock.patch.object(dvc_serialize, "load_path", load_once),
         Repo(str(root)) as repo,
     ):
-        for target in [None] if every else stages:  # None: all stages, one dvc.lock write
-            repo.commit(target, force=True)
+        _commit_stages(repo, set(stages))
+
+
+def _commit_stages(repo: Repo, names: set[str]) -> None:
+    """DVC's `commit(force=True)` loop for the stages ``names``, under the repository lock."""
+    from itertools import groupby
+
+    from dvc.repo import lock_repo
+
+    with lock_repo(repo):
+        infos = [i for i in repo.stage.collect_granular(None) if i.stage.name in names]
+        for dvcfile, group in groupby(infos, key=lambda info: info.stage.dvcfile):
+            saved = []
+            for info in group:
+                info.stage.save()
+                info.stage.commit(filter_info=info.filter_info)
+                saved.append(info.stage)
+            dvcfile.dump_stages(saved, update_pipeline=False)

@@ -35,6 +35,20 @@ TINY_COUNTS = (
 TINY_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
 # Paper D (two_layer): its sampling, counting and GD sizes, in its experiments and in its
 # derived experiments (which train too: Table 2's one-layer models, Tables 3-4's noisy models).
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first (issue 21): pytest-xdist hands whole files to its workers in
+    collection order, so the files that run the workflow start first, longest first, and
+    both workers finish together; every other test keeps its place."""
+
+    def order(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("workflow")
+        return -marker.kwargs["seconds"] if marker else 0.0
+
+    items.sort(key=order)
+
+
 TINY_TWO_LAYER = {
     "lengths": [8, 16],
     "sequences": 4,

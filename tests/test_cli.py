@@ -14,6 +14,8 @@ from replicate.cli import main
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.workflow(seconds=40)
+
 
 def test_unknown_experiment(capsys) -> None:
     assert main(["--params", str(REPO / "params.yaml"), "run", "attn_markov_fig42"]) == 2

@@ -21,6 +21,8 @@ import yaml
 
 from .conftest import PARAMS_FILE, REPO, params_with_claims, repository_claims
 
+pytestmark = pytest.mark.workflow(seconds=115)
+
 EXPERIMENTS = ("attn_markov_fig2", "attn_markov_table1")
 TARGETS = (*EXPERIMENTS, "claims")
 SLURM_SCRIPT = REPO / "scripts" / "slurm-local.sh"

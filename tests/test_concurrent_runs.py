@@ -41,10 +41,13 @@ HOLD_LOCK = (
 )
 """Takes DVC's repository lock, says so, keeps it until its stdin closes."""
 
-pytestmark = pytest.mark.skipif(
-    not (BIN / "dvc").exists() or not (BIN / "snakemake").exists(),
-    reason="needs the dvc and snakemake executables of this environment",
-)
+pytestmark = [
+    pytest.mark.workflow(seconds=40),
+    pytest.mark.skipif(
+        not (BIN / "dvc").exists() or not (BIN / "snakemake").exists(),
+        reason="needs the dvc and snakemake executables of this environment",
+    ),
+]
 
 
 def _env() -> dict[str, str]:

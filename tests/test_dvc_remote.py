@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.workflow(seconds=45)
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EXPERIMENT = "attn_markov_table1"  # trains nothing: about 3 s

@@ -14,6 +14,8 @@ from replicate.claim_files import load_claims
 from replicate.config import load_params
 from replicate.experiments.runner import run_experiment
 
+pytestmark = pytest.mark.workflow(seconds=70)
+
 TRAINS_30 = "the tiny run trains 30 iterations; the claim reads the loss at iteration "
 NO_PLATEAU = (
     "the tiny run (30 iterations) finds no plateau or transition, so the maximum the claim "

@@ -30,6 +30,8 @@ from replicate.config import load_params
 from .conftest import PARAMS_FILE, REPO, claim_dict, params_with_claims
 from .test_claims import CLAIM_ID, _stuck, _write_outputs
 
+pytestmark = pytest.mark.workflow(seconds=45)
+
 FIG3 = "results/attn_markov/fig3"
 METRIC = "p0.5_q0.8/tied/frac_unigram"  # CLAIM_ID's metric (ge 0.6, expected holds)
 CLI = ["--params", str(PARAMS_FILE), "--scale", "ci"]

@@ -24,6 +24,8 @@ from replicate.verdicts import ClaimRecord
 
 from .conftest import scratch_workflow
 
+pytestmark = pytest.mark.workflow(seconds=55)
+
 KEPT = ("attn_markov_table1", "attn_markov_theorems")
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 

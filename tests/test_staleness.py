@@ -31,10 +31,13 @@ BUILD = "claims_report"
 WRITER = "claims_evaluation"
 """The rule that writes the claims files: DVC's stage `claims`."""
 
-pytestmark = pytest.mark.skipif(
-    not (BIN / "dvc").exists() or not (BIN / "snakemake").exists(),
-    reason="needs the dvc and snakemake executables of this environment",
-)
+pytestmark = [
+    pytest.mark.workflow(seconds=145),
+    pytest.mark.skipif(
+        not (BIN / "dvc").exists() or not (BIN / "snakemake").exists(),
+        reason="needs the dvc and snakemake executables of this environment",
+    ),
+]
 
 
 def _run(root: Path, *cmd: str) -> str:

@@ -33,9 +33,13 @@ BIN = Path(sys.executable).parent
 KEPT = ("attn_markov_table1", "attn_markov_theorems")
 TABLE1 = Path("results/attn_markov/table1")
 
-pytestmark = pytest.mark.skipif(
-    not (BIN / "snakemake").exists(), reason="needs the snakemake executable of this environment"
-)
+pytestmark = [
+    pytest.mark.workflow(seconds=180),
+    pytest.mark.skipif(
+        not (BIN / "snakemake").exists(),
+        reason="needs the snakemake executable of this environment",
+    ),
+]
 
 
 def snakemake(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
