@@ -37,11 +37,15 @@ ENSEMBLE_BATCHES = {  # name: (members' (states, order, alpha) sources, batch, l
 }
 CHILD = """
 import hashlib, json, sys, time, torch
+from pathlib import Path
+import lightning_modules
 from lightning_modules import Member
 from replicate.markov import InContextSource
-try:
+# Before issue 21 the sources lived with the DataModule. (The editable install would find
+# this tree's sources.py for the baseline's package too: look in the package's own folder.)
+if (Path(lightning_modules.__file__).parent / "sources.py").exists():
     from lightning_modules.sources import sample_members
-except ImportError:  # before issue 21: the sources lived with the DataModule
+else:
     from lightning_modules.markov_data import sample_members
 torch.set_num_threads(int(sys.argv[1]))
 out = {}
@@ -96,8 +100,10 @@ def ensemble_batches(tree: Path, threads: int) -> dict[str, list]:
     """{name: [fastest seconds, digest]} of `ENSEMBLE_BATCHES` drawn by ``tree``'s code."""
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(threads), json.dumps(ENSEMBLE_BATCHES)],
-        cwd=tree, capture_output=True, text=True, check=True,
+        cwd=tree, capture_output=True, text=True, check=False,
     )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the sampler in {tree} failed:\n{done.stderr}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
