@@ -244,6 +244,23 @@ def test_draws_of_many_generators_equal_separate_draws(source: InContextSource) 
     assert torch.equal(law, torch.stack([d.next_law for d in joint]))
 
 
+@pytest.mark.parametrize("tables_per_scan", [1, 2, 5])
+def test_scans_split_by_table_size_give_the_same_draws(
+    tables_per_scan: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Draws whose kernel tables exceed `JOINT_SCAN_BYTES` are scanned in groups: the same
+    draws, whatever the grouping (here 5 generators in groups of 1, 2 and 5)."""
+    import replicate.markov.incontext as incontext
+
+    source = InContextSource(3, 2, 0.5)
+    table = 8 * 9 * 3 * 8  # batch 8, 9 contexts, 3 states, float64
+    monkeypatch.setattr(incontext, "JOINT_SCAN_BYTES", table * tables_per_scan)
+    grouped = source.draw_many(8, 20, [_gen(s) for s in range(5)])
+    for seed, drawn in enumerate(grouped):
+        alone = source.draw(8, 20, _gen(seed))
+        assert all(torch.equal(a, b) for a, b in zip(drawn, alone, strict=True))
+
+
 def test_members_of_one_source_are_drawn_together_as_if_alone() -> None:
     """`sample_members` joins members of equal sources (any order) and keeps each draw."""
     from lightning_modules.sources import ChainMember, Member, sample_members

@@ -40,6 +40,11 @@ from replicate.markov.chains import ChainParameterError
 
 InitialLaw = Literal["uniform", "stationary"]
 
+JOINT_SCAN_BYTES = 1 << 20
+"""The kernel tables one joint scan reads at most (a core's L2 cache): beyond it the scan's
+row gathers miss the cache and one joint scan is slower than separate ones (measured 0.9x
+at paper C's Fig. 3 shapes, 1.4x faster at paper D's; benchmarks/incontext_sampler.py)."""
+
 
 def _device(generator: torch.Generator | None) -> torch.device:
     return generator.device if generator is not None else torch.device("cpu")
@@ -374,23 +379,29 @@ class InContextSource:
     ) -> list[InContextDraw]:
         """One `draw` per generator, exactly as separate calls would make them.
 
-        The per-position scan of the clean paths runs once over the rows of every draw
-        (issue 21): it is row-wise, so each row takes the same arithmetic and comparisons,
-        and each generator is consumed in the order of a single draw (kernels, path
-        uniforms, then the noise).
+        The per-position scan of the clean paths runs once over the rows of several draws
+        (issue 21), as many as keep their kernel tables within `JOINT_SCAN_BYTES`: it is
+        row-wise, so each row takes the same arithmetic and comparisons, and each generator
+        is consumed in the order of a single draw (kernels, path uniforms, then the noise).
         """
         if batch % self.per_kernel:
             raise ChainParameterError(
                 f"batch ({batch}) must be a multiple of per_kernel ({self.per_kernel})"
             )
         starts = [self._start(batch, length, g) for g in generators]
-        clean, context = _scan(*(torch.cat(parts) for parts in zip(*starts, strict=True)))
-        return [
-            self._finish(kernels, first, u, path, last, generator)
-            for (kernels, first, u), path, last, generator in zip(
-                starts, clean.split(batch), context.split(batch), generators, strict=True
-            )
-        ]
+        table = starts[0][0].element_size() * starts[0][0].numel()
+        joined = max(1, JOINT_SCAN_BYTES // table)
+        draws: list[InContextDraw] = []
+        for i in range(0, len(starts), joined):
+            group, gens = starts[i : i + joined], generators[i : i + joined]
+            clean, context = _scan(*(torch.cat(parts) for parts in zip(*group, strict=True)))
+            draws += [
+                self._finish(kernels, first, u, path, last, generator)
+                for (kernels, first, u), path, last, generator in zip(
+                    group, clean.split(batch), context.split(batch), gens, strict=True
+                )
+            ]
+        return draws
 
     def _start(
         self, batch: int, length: int, generator: torch.Generator
