@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from step_profile import REPO, baseline_tree
 
 from replicate.markov import draw_kernels, sample_from_kernels, sample_from_kernels_loop
 
 SHAPES = ((128, 32, 5, 2), (64, 128, 3, 3))  # (batch, length, states, order)
-REPO = Path(__file__).resolve().parents[1]
 ENSEMBLE_BATCHES = {  # name: (members' (states, order, alpha) sources, batch, length)
     "paper C Fig. 1 (E = 2)": ([(3, 4, 0.5)] * 2, 128, 129),
     "paper C Fig. 3 (E = 3)": ([(5, 3, 0.5)] * 3, 128, 33),
@@ -116,9 +116,7 @@ def main() -> None:
     for shape in SHAPES:
         bench(*shape)
     with tempfile.TemporaryDirectory() as scratch:
-        tree = Path(scratch) / "baseline"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet",
-                        str(tree), args.baseline], check=True)  # fmt: skip
+        tree = baseline_tree(args.baseline, Path(scratch))
         try:
             before = ensemble_batches(tree, args.threads)
             after = ensemble_batches(REPO, args.threads)
