@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-STREAMS: tuple[str, ...] = ("init", "train", "test", "prior", "gradset")
+STREAMS: tuple[str, ...] = ("init", "train", "test", "prior", "gradset", "memory")
 """Stream names; a stream's id is its index. Append new names: existing ids never change."""
 
 

@@ -206,12 +206,21 @@ def plan(
             try:
                 subprocess.run(command, env=env, timeout=timeout, check=False, capture_output=True)
             except subprocess.TimeoutExpired:
-                results.append(timed_out(name, partial, timeout, params.raw.runtime.threads))
-                continue
-            if out.exists():
-                results.append(ExperimentCost(**json.loads(out.read_text())))
+                cost = timed_out(name, partial, timeout, params.raw.runtime.threads)
             else:
-                results.append(ExperimentCost(name=name, status="calibration process failed"))
+                cost = (
+                    ExperimentCost(**json.loads(out.read_text()))
+                    if out.exists()
+                    else ExperimentCost(name=name, status="calibration process failed")
+                )
+            results.append(cost)
+            # Each rule as it is calibrated: a plan stopped part-way still reports these.
+            print(
+                f"[{len(results)}/{len(chosen)}] {name}: {cost.seconds / 3600:.3f} h on "
+                f"{cost.device} ({cost.status})",
+                file=sys.stderr,
+                flush=True,
+            )
     return results
 
 

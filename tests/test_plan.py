@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig
@@ -44,14 +45,22 @@ def test_calibrating_trains_a_few_steps_and_records_the_planned_size() -> None:
     assert cost.seconds == 500 * cost.step_seconds + cost.evaluations * cost.eval_seconds
 
 
-def test_plan_on_a_tiny_scale(tmp_path: Path, params_dict: dict) -> None:
+def test_plan_on_a_tiny_scale(
+    tmp_path: Path, params_dict: dict, capsys: pytest.CaptureFixture
+) -> None:
     """A training rule and a derived one (its upstream calibrated first): model-steps from
-    the plan's settings, a finished calibration, requests written and read back."""
+    the plan's settings, a finished calibration, each rule reported as it finishes (a plan
+    stopped part-way still shows those), requests written and read back."""
     path = _tiny_params(tmp_path, params_dict)
     params = load_params(path, scale="ci")
     costs = plan.plan(params, path, names=["attn_markov_table2"], steps=4, timeout=300)
     by_name = {c.name: c for c in costs}
     assert list(by_name) == ["attn_markov_fig3", "attn_markov_table2"]  # upstream added
+    reported = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in reported] == [
+        "[1/2] attn_markov_fig3",
+        "[2/2] attn_markov_table2",
+    ]
     fig3, table2 = by_name["attn_markov_fig3"], by_name["attn_markov_table2"]
     assert fig3.status == "ok" and table2.status == "ok"
     settings = params.settings("attn_markov_fig3")

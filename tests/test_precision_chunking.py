@@ -118,3 +118,32 @@ def test_precision_reaches_the_trainer() -> None:
     full, half = _tied_gpt(None), _tied_gpt(None, precision="bf16-mixed")
     assert not np.array_equal(full.test_loss, half.test_loss)
     np.testing.assert_allclose(half.test_loss[:, -1], full.test_loss[:, -1], atol=5e-3)
+
+
+def test_automatic_chunks_on_cuda_are_sized_from_one_members_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA path of automatic chunking, on a CPU with the device calls replaced: one
+    member's batch of the training's largest shape is drawn (from the member's own "memory"
+    stream, so no training stream moves) and measured, and the chunk holds the members whose
+    measured bytes fit in `memory_fraction` of the free memory. (A stream missing from
+    `STREAMS` stopped every paper-scale training on an H100, 26 Nov 2026.)"""
+    import replicate.training as training
+    from lightning_modules import GPTConfig, NextTokenCE
+
+    measured: list[tuple[int, ...]] = []
+
+    def member_bytes(model: object, objective: object, batch: object, dtype: object) -> float:
+        measured.append(tuple(batch.tokens.shape))  # type: ignore[attr-defined]
+        return 3e9
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (70e9, 80e9))
+    monkeypatch.setattr(training, "cuda_member_bytes", member_bytes)
+    members = [_member(0.5, 0.8, s) for s in range(40)]
+    model = gpt_ensemble(GPTConfig(block_size=PLAN.seq_len), [m.seed for m in members])
+    plan = TrainingPlan(**{**PLAN.__dict__, "gradset_sequences": 4 * PLAN.batch_size * 8})
+    per_chunk = training._members_per_chunk(model, members, plan, NextTokenCE())
+    assert per_chunk == members_that_fit(3e9, 70e9, DeviceSettings().memory_fraction) == 18
+    rows = max(plan.batch_size, plan.gradset_sequences // plan.gradset_chunks)
+    assert measured == [(1, rows, plan.seq_len + NextTokenCE().extra_tokens())]
