@@ -8,11 +8,16 @@ files `replicate.claim_files` reads.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import yaml
 from pydantic import BaseModel, ValidationError
 
@@ -27,6 +32,41 @@ from replicate.params import (
 )
 
 DEFAULT_PARAMS = Path("params.yaml")
+CODE_ROOTS = (
+    Path(__file__).resolve().parent,
+    Path(__file__).resolve().parents[1] / "lightning_modules",
+)
+"""The packages whose code defines and checks the settings (the experiments' schemas)."""
+
+
+def validated_dir() -> Path:
+    """Where `load_params` leaves a mark for each params content it validated in full:
+    ``$XDG_CACHE_HOME/markov-replicate/validated`` (default ``~/.cache``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "markov-replicate" / "validated"
+
+
+def validation_key(data: Mapping[str, Any]) -> str:
+    """What a full validation of ``data`` depends on, hashed: the values (the scale and any
+    ``--config`` override included), every module of `CODE_ROOTS`, and pydantic's and
+    Python's versions. The same key validates the same way, so it is validated once."""
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode())
+    for root in CODE_ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root.parent).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    digest.update(f"{pydantic.VERSION} {sys.version}".encode())
+    return digest.hexdigest()
+
+
+def _mark_validated(key: str) -> None:
+    """Remember that the content with ``key`` validated in full (best effort: a cache that
+    cannot be written only means validating again next time)."""
+    try:
+        validated_dir().mkdir(parents=True, exist_ok=True)
+        (validated_dir() / key).touch()
+    except OSError:
+        pass
 
 
 def _reject_nan(node: Any, path: str, source: str) -> None:
@@ -149,8 +189,10 @@ def load_params(
     reported as the option's, not the file's.
     ``only``: validate the settings of just these experiments now (a job running one of
     them imports only its paper's code, issue 13); the others are validated by
-    `Params.settings` on first use. None: every experiment, now. Relative paths in the file
-    (``claims_dir``) start from the file's folder; for a dict, from the working directory.
+    `Params.settings` on first use. None: every experiment, now, unless the same content
+    (`validation_key`) validated in full before (then each on first use, as for ``only``).
+    Relative paths in the file (``claims_dir``) start from the file's folder; for a dict,
+    from the working directory.
     """
     if isinstance(source, (str, Path)):
         name = str(source)
@@ -168,6 +210,11 @@ def load_params(
             format_errors(err, "", name, overridden=_key_paths(overrides or {}))
         ) from err
 
+    # Validating every experiment imports every paper's code (about 5 s, on every Snakemake
+    # start); content validated in full before is validated lazily, on first use, instead.
+    key = validation_key(data) if only is None else None
+    if key is not None and (validated_dir() / key).exists():
+        only = []
     checked = list(raw.all_experiments) if only is None else list(only)
     _check_implemented([n for n in checked if n in raw.all_experiments], name)
     for exp_name, entry in raw.all_experiments.items():
@@ -180,4 +227,6 @@ def load_params(
     settings = {
         exp_name: validate(raw, exp_name) for exp_name in checked if exp_name in raw.all_experiments
     }
+    if key is not None and only is None:
+        _mark_validated(key)
     return Params(raw, settings, validate, Path(name))

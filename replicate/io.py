@@ -18,10 +18,12 @@ import os
 import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TEMP_PREFIX = ".replicate-tmp."
 """Every temporary file of these writers starts with this; no output does."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -35,6 +37,15 @@ TINY_COUNTS = (
 TINY_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
 # Paper D (two_layer): its sampling, counting and GD sizes, in its experiments and in its
 # derived experiments (which train too: Table 2's one-layer models, Tables 3-4's noisy models).
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A cache of validated params of the session's own (`replicate.config.validated_dir`),
+    for this process and the Snakemake and DVC processes it starts: what the tests see does
+    not depend on what ran before them on this machine."""
+    cache = tempfile.mkdtemp(prefix="markov-replicate-tests-")
+    os.environ["XDG_CACHE_HOME"] = cache
+    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

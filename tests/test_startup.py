@@ -7,23 +7,32 @@ measured by benchmarks/startup_and_scaling.py, never asserted here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from replicate.config import load_params
+import pytest
+
+from replicate.config import load_params, read_params_file, validated_dir, validation_key
 from replicate.experiments import PAPERS, REGISTRY
+from replicate.params import ConfigError
 
 from .conftest import PARAMS_FILE
 
 HEAVY = ("lightning", "seaborn", "scipy")
 
 
-def _loaded_after(code: str) -> dict[str, bool]:
-    """Which of HEAVY (and the paper packages) ``code`` leaves imported."""
+def _loaded_after(code: str, cache: Path | None = None) -> dict[str, bool]:
+    """Which of HEAVY (and the paper packages) ``code`` leaves imported; ``cache``: the
+    folder of validated params it sees (`replicate.config.validated_dir`)."""
     names = [*HEAVY, *(f"replicate.experiments.{p}" for p in PAPERS)]
     report = f"print(json.dumps({{n: n in sys.modules for n in {names!r}}}))"
     probe = f"{code}\nimport json, sys\n{report}"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    env = {**os.environ, **({"XDG_CACHE_HOME": str(cache)} if cache else {})}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
+    )
     return json.loads(out.stdout.splitlines()[-1])
 
 
@@ -67,14 +76,38 @@ def test_running_one_experiment_loads_only_its_paper() -> None:
     assert not any(loaded[heavy] for heavy in HEAVY)  # a rule that trains nothing
 
 
-def test_validating_every_experiment_does_not_import_lightning() -> None:
+def test_validating_every_experiment_does_not_import_lightning(tmp_path: Path) -> None:
     """What the Snakefile does when it parses (every experiment at both scales), and every
     rule that trains nothing: the settings and the sources live apart from Lightning."""
     loaded = _loaded_after(
-        f"from replicate.config import load_params\nload_params({str(PARAMS_FILE)!r})"
+        f"from replicate.config import load_params\nload_params({str(PARAMS_FILE)!r})", tmp_path
     )
     assert all(loaded[f"replicate.experiments.{p}"] for p in PAPERS)
     assert not loaded["lightning"]
+
+
+def test_params_validated_in_full_once_are_validated_on_first_use_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validating every experiment imports every paper (about 5 s of each Snakemake start).
+    The same values and code validate the same way: a second load of them imports no paper
+    and validates each experiment when it is used; a changed value is validated in full
+    again, so a bad one still fails at load."""
+    load = f"from replicate.config import load_params\nload_params({str(PARAMS_FILE)!r})"
+    first, second = _loaded_after(load, tmp_path), _loaded_after(load, tmp_path)
+    assert all(first[f"replicate.experiments.{p}"] for p in PAPERS)
+    assert not any(second[f"replicate.experiments.{p}"] for p in PAPERS)
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    data = read_params_file(PARAMS_FILE)
+    assert (validated_dir() / validation_key(data)).exists()
+    lazy = load_params(data)
+    assert lazy.settings("subngrams_fig3") == load_params(PARAMS_FILE, only=[]).settings(
+        "subngrams_fig3"
+    )
+    data["experiments"]["subngrams_fig3"]["settings"]["paper"]["training"]["steps"] = "many"
+    with pytest.raises(ConfigError, match=r"subngrams_fig3\.settings\.paper\.training\.steps"):
+        load_params(data)
 
 
 def test_lazy_settings_equal_eager_ones() -> None:
