@@ -104,19 +104,28 @@ def cuda_member_bytes(
     """Peak CUDA bytes of one member's training step, measured (torch.cuda.max_memory_allocated)
     on a one-member copy: parameters, gradients and activations of a forward and backward on
     ``batch`` (one member's sequences) under autocast to ``dtype`` (None: full precision), plus the
-    optimiser state (`OPTIMIZER_STATE_FACTOR` times the parameters)."""
+    optimiser state (`OPTIMIZER_STATE_FACTOR` times the parameters). An unmeasured step runs
+    first: a process's first step makes one-time allocations (cuBLAS's workspace among them),
+    which on an H100 made the first measurement 65.7 MiB per member against 1.2 MiB for the
+    same shape measured next (`benchmarks/gpu_readiness.py`, 26 Nov 2026)."""
     device = torch.device("cuda")
+    one = select_members(model, [0]).to(device)
+    moved = type(batch)(*(t if t is None else t.to(device) for t in batch))
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = objective.loss(one, moved).sum()
+        loss.backward()
+
+    step()
+    one.zero_grad(set_to_none=True)
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
-    one = select_members(model, [0]).to(device)
-    moved = type(batch)(*(t if t is None else t.to(device) for t in batch))
-    with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-        loss = objective.loss(one, moved).sum()
-    loss.backward()
+    step()
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
     param_bytes = sum(p.numel() * p.element_size() for p in one.parameters())
-    del one, moved, loss
+    del one, moved
     torch.cuda.empty_cache()
-    return float(peak + OPTIMIZER_STATE_FACTOR * param_bytes)
+    return float(peak + (1 + OPTIMIZER_STATE_FACTOR) * param_bytes)
