@@ -98,6 +98,15 @@ def members_that_fit(member_bytes: float, free_bytes: float, fraction: float) ->
     return max(1, math.floor(fraction * free_bytes / member_bytes))
 
 
+def _forward_backward(
+    model: nn.Module, objective: Objective, batch: SequenceBatch, dtype: torch.dtype | None
+) -> None:
+    """One training step's forward and backward pass on ``batch``, autocast to ``dtype``."""
+    with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        loss = objective.loss(model, batch).sum()
+    loss.backward()
+
+
 def cuda_member_bytes(
     model: nn.Module, objective: Objective, batch: SequenceBatch, dtype: torch.dtype | None
 ) -> float:
@@ -111,18 +120,12 @@ def cuda_member_bytes(
     device = torch.device("cuda")
     one = select_members(model, [0]).to(device)
     moved = type(batch)(*(t if t is None else t.to(device) for t in batch))
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = objective.loss(one, moved).sum()
-        loss.backward()
-
-    step()
+    _forward_backward(one, objective, moved, dtype)
     one.zero_grad(set_to_none=True)
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
-    step()
+    _forward_backward(one, objective, moved, dtype)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
     param_bytes = sum(p.numel() * p.element_size() for p in one.parameters())
