@@ -10,8 +10,9 @@ imitates another CPU, and lists every claim whose verdict differs from the check
 one perturbation costs a full suite (52 minutes measured for ``aten-default`` on 2 cores).
 
 What it measured is written to ``claims/stability.json`` (machine-written, like
-``claims/recorded.json``): the commit, the date, the CPU, and per perturbation how many
-measured values moved and which verdicts changed, with both values. A claim on that list
+``claims/recorded.json``): per perturbation, the commit, date and CPU it ran on, how many
+measured values moved and which verdicts changed, with both values; a check of some
+perturbations keeps the entries of the others. A claim on that list
 needs a form that does not sit on a knife edge (more seeds, a longer run, a statement about
 the fraction of seeds, or `inconclusive` with the measured spread), never a moved tolerance.
 """
@@ -19,6 +20,7 @@ the fraction of seeds, or `inconclusive` with the measured spread), never a move
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -176,13 +178,12 @@ def stability(
             f"{verdicts.CLAIMS_FILE} holds verdicts at another scale than {params.scale}: run "
             f"`snakemake claims` at {params.scale} scale first"
         )
-    result: dict[str, Any] = {
+    run = {
         "commit": commit,
         "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
         "cpu": _cpu(),
-        "scale": params.scale,
-        "perturbations": {},
     }
+    result: dict[str, Any] = {"scale": params.scale, "perturbations": _kept(path, params.scale)}
     with tempfile.TemporaryDirectory(prefix="replicate-stability-") as scratch:
         where = workdir or Path(scratch)
         for name in names:
@@ -191,7 +192,7 @@ def stability(
             start = time.monotonic()
             log = root / "logs" / "stability" / f"{name}.log"
             records = _run_suite(root.resolve(), commit, name, perturbation, where, cores, log)
-            entry = compare(baseline, records)
+            entry = run | compare(baseline, records)
             entry |= {
                 "what": perturbation.what,
                 "env": perturbation.env,
@@ -207,6 +208,19 @@ def stability(
                     f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
                 )
     return path
+
+
+def _kept(path: Path, scale: str) -> dict[str, Any]:
+    """The perturbations an earlier check wrote at ``scale``, each with the commit, date and
+    CPU it ran on (a file that names them once, at its top, gives them to every entry), so a
+    check of some perturbations keeps what was measured for the others."""
+    if not path.exists():
+        return {}
+    earlier = json.loads(path.read_text())
+    if earlier.get("scale") != scale:
+        return {}
+    shared = {key: earlier[key] for key in ("commit", "date", "cpu") if key in earlier}
+    return {name: shared | entry for name, entry in earlier["perturbations"].items()}
 
 
 def summary_line(name: str, entry: dict[str, Any]) -> str:

@@ -124,8 +124,16 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     assert (entry["values_moved"], entry["verdicts_changed"], entry["threads"]) == (0, [], 2)
     clone_params = yaml.safe_load((tmp_path / "threads-2" / "params.yaml").read_text())
     assert clone_params["runtime"]["threads"] == 2
-    assert written["scale"] == "ci" and len(written["commit"]) >= 7
+    assert written["scale"] == "ci" and len(entry["commit"]) >= 7
     assert len(load_claims(params).claims) == len(claims)  # the claims folder still loads
+    # A later check of another perturbation keeps this one's entry, with its own commit.
+    written["perturbations"] = {"aten-default": {"claims": 1, "verdicts_changed": []}}
+    written["commit"] = "0123abc"
+    path.write_text(json.dumps(written))
+    kept = json.loads(stability(params, ["threads-2"], project, tmp_path, "1").read_text())
+    assert sorted(kept["perturbations"]) == ["aten-default", "threads-2"]
+    assert kept["perturbations"]["aten-default"]["commit"] == "0123abc"
+    assert kept["perturbations"]["threads-2"]["commit"] == entry["commit"]
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")
