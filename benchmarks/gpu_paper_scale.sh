@@ -5,13 +5,14 @@
 #   bash benchmarks/gpu_paper_scale.sh run RULE... # full paper-scale runs, side by side
 #
 # `calibrate` prints the GPU and software, `benchmarks/gpu_readiness.py` at the ci and the
-# papers' sequence lengths, and `python -m replicate plan --scale paper` over every rule that
-# trains (GPU-hours per rule; writes profiles/slurm/planned-paper.yaml). `run` starts every
-# named rule at paper scale at once (each its own process; the GPU is shared, so their wall
+# papers' sequence lengths, and `python -m replicate plan --scale paper` over every rule
+# (GPU-hours per rule that trains; writes profiles/slurm/planned-paper.yaml). `run` starts
+# every named rule at paper scale at once (each its own process; the GPU is shared, so their wall
 # times are upper bounds: read per-rule costs from the plan), each stopped after
 # RUN_SECONDS, then packs results/ and logs/ into $OUT/paper-results.tar.gz. `A+B` runs B
-# after A in one process chain (B reads A's outputs). Where no package index is reachable, make pydantic
-# importable first (PYTHONPATH): the GPU image has the project's other dependencies.
+# after A in one process chain (B reads A's outputs). Where no package index is reachable,
+# make pydantic importable first (PYTHONPATH): the GPU image has the project's other
+# dependencies.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -20,12 +21,6 @@ RUN_SECONDS=${RUN_SECONDS:-360}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
 
-TRAINING_RULES=(
-    attn_markov_fig3 attn_markov_fig1 attn_markov_fig4 attn_markov_fig5
-    local_global_fig3 local_global_fig4 local_global_fig6
-    subngrams_fig1 subngrams_fig3 subngrams_fig4 subngrams_fig6 subngrams_fig7
-    two_layer_maps two_layer_table2 two_layer_table3 two_layer_table4
-)
 
 case "${1:-}" in
 calibrate)
@@ -37,8 +32,8 @@ lightning.__version__, torch.cuda.get_device_name())'
     timeout 40 "$PY" benchmarks/gpu_readiness.py --sizes 16 125 --steps 6 --seq-len 1024 2>&1 |
         tee "$OUT/readiness-1024.txt"
     # Each rule's line is printed as it is calibrated; the table comes at the end.
-    "$PY" -m replicate plan --scale paper --steps 8 --timeout "${RULE_SECONDS:-25}" \
-        "${TRAINING_RULES[@]}" 2>&1 | tee "$OUT/plan.txt"
+    "$PY" -m replicate plan --scale paper --steps 8 --timeout "${RULE_SECONDS:-25}" 2>&1 |
+        tee "$OUT/plan.txt"
     cp profiles/slurm/planned-paper.yaml "$OUT/" 2>/dev/null
     ;;
 run)
@@ -49,6 +44,9 @@ run)
         (
             for rule in ${chain//+/ }; do
                 left=$((RUN_SECONDS - (SECONDS - start)))
+                if ((left <= 0)); then
+                    echo "== $rule: not started, RUN_SECONDS spent" && continue
+                fi
                 timeout "$left" "$PY" -m replicate run "$rule" --scale paper --no-progress \
                     >"logs/$rule.log" 2>&1
                 echo "== $rule: exit $? after $((SECONDS - start)) s"

@@ -20,7 +20,6 @@ the fraction of seeds, or `inconclusive` with the measured spread), never a move
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -216,7 +215,7 @@ def _kept(path: Path, scale: str) -> dict[str, Any]:
     check of some perturbations keeps what was measured for the others."""
     if not path.exists():
         return {}
-    earlier = json.loads(path.read_text())
+    earlier = io.read_json_object(path)
     if earlier.get("scale") != scale:
         return {}
     shared = {key: earlier[key] for key in ("commit", "date", "cpu") if key in earlier}
