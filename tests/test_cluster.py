@@ -150,3 +150,6 @@ def test_paper_scale_plans_every_job_with_its_resources(tmp_path: Path) -> None:
         block = blocks[f"{name}:"]
         assert "mem_mb=" in block and "runtime=" in block and "gpu=" in block, block
     assert "gpu=1" in blocks["attn_markov_fig3:"] and "gpu=0" in blocks["attn_markov_table1:"]
+    # Rules that train nothing ask for no GPU, in papers C and D too (derived ones included).
+    for name in ("subngrams_fig2", "subngrams_fig5", "two_layer_constructions", "two_layer_bits"):
+        assert "gpu=0" in blocks[f"{name}:"], name

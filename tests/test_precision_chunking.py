@@ -125,7 +125,8 @@ def test_automatic_chunks_on_cuda_are_sized_from_one_members_batch(
 ) -> None:
     """The CUDA path of automatic chunking, on a CPU with the device calls replaced: one
     member's batch of the training's largest shape is drawn (from the member's own "memory"
-    stream, so no training stream moves) and measured, and the chunk holds the members whose
+    stream: no training stream moves, by construction of `member_seed`, which this test does
+    not check) and measured, and the chunk holds the members whose
     measured bytes fit in `memory_fraction` of the free memory. (A stream missing from
     `STREAMS` stopped every paper-scale training on an H100, 26 Nov 2026.)"""
     import replicate.training as training

@@ -42,12 +42,26 @@ def test_two_stage_curve_is_stagewise_with_a_gradient_spike() -> None:
     assert max_rise(loss) < 1e-9  # the curve never rises
 
 
+def test_spike_factor_tells_a_gradient_spike_from_noise() -> None:
+    """F6b (issue 19 item 5): on a noisy gradient norm without a spike, g_med / g_max is
+    already well below 0.8, so it cannot tell a spike from noise; the spike factor is ~1
+    there and large where the norm peaks at the transition."""
+    steps, loss, grad = _curve()
+    stage = stages(steps, loss, LEVELS, SETTINGS)
+    noise = 0.02 * np.exp(np.random.default_rng(0).normal(0.0, 0.5, steps.shape))
+    assert gradient_metrics(steps, stage, noise, noise)["grad_ratio"] < 0.8
+    assert 0.7 < gradient_metrics(steps, stage, noise, noise)["grad_spike_factor"] < 1.3
+    assert gradient_metrics(steps, stage, grad + noise, grad)["grad_spike_factor"] > 1.4
+    assert gradient_metrics(steps, stage, grad, grad)["grad_spike_factor"] > 2.0
+
+
 def test_unordered_baselines_assign_nothing_and_no_transition_gives_nan() -> None:
     steps, loss, grad = _curve()
     flat = np.full_like(loss, 1.5)
     stage = stages(steps, flat, [1.5, 1.6, 1.2], SETTINGS)  # a tiny test set: not decreasing
     assert all(o is None for o in stage.orders)
-    assert math.isnan(gradient_metrics(steps, stage, grad, grad)["grad_ratio"])
+    values = gradient_metrics(steps, stage, grad, grad)
+    assert math.isnan(values["grad_ratio"]) and math.isnan(values["grad_spike_factor"])
 
 
 def test_heads_on_offsets_from_attention_maps() -> None:

@@ -4,16 +4,25 @@
   spec C §3.1) into one member of an `EnsembleDisentangled`, so theory checks and
   training share one forward pass.
   Its c -> infinity output is the k-gram estimator over the *padded* match set
-  (`replicate.analysis.kgram` with ``pad=True``; spec C §3.1, Lemma B.1).
+  (`replicate.analysis.kgram` with ``pad=True``; spec C §3.1, Lemma B.1), and on an empty
+  match set the back-off of `construction_limit`.
+* `set_all_heads_bigram` (App. F Eq. (30)) and `set_lagset_construction` (App. F.2
+  Eq. (36)) write the paper's other stationary points into the same model.
+* `lagset_conditional` is the stationary conditional of the next token given any lag set
+  (Lemma H.5, App. H.2), the limit of the k-gram estimator (Lemma H.6).
+* `lemma31_surrogate` has Lemma 3.1's form of the cross-entropy gradient as its gradient.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 
 from lightning_modules.disentangled import EnsembleDisentangled
+from replicate.analysis.kgram import kgram_counts, paper_c_kgram_lags
+from replicate.markov.incontext import lifted_stationary
 
 
 @torch.no_grad()
@@ -29,8 +38,7 @@ def set_construction(model: EnsembleDisentangled, member: int, k: int, c: float)
     heads, s, t = model.heads, model.states, model.seq_len
     if not 1 <= k <= heads + 1:
         raise ValueError(f"k must be in 1..{heads + 1}, got {k}")
-    if model.hidden != model.width:
-        raise ValueError("theta_*^k needs d_h = D (spec C §0.4)")
+    _check_full_rank(model)
     for param in (model.A1, model.V1, model.Q, model.Kt):
         param[member].zero_()
     rows = torch.arange(t)
@@ -42,3 +50,159 @@ def set_construction(model: EnsembleDisentangled, member: int, k: int, c: float)
         model.V1[member, h - 1] = eye
         model.Q[member, (h - 1) * s : h * s, h * s : (h + 1) * s] = root * eye
         model.Kt[member, h * s : (h + 1) * s, h * s : (h + 1) * s] = root * eye
+
+
+@torch.no_grad()
+def set_all_heads_bigram(model: EnsembleDisentangled, member: int, c: float) -> None:
+    """Write paper C's alternative bigram point, App. F Eq. (30), into member ``member``.
+
+    Every head h = 1..H attends to the (-1)-token (Eq. (30c), read causally as
+    A1^(h)[l, l-1] = c for l >= 1; row 0 has the single key 0), V1^(h) = sqrt(c) I_S
+    (Eq. (30d)), Q = Q2^T = sqrt(c) sum_h sum_j E[j, hS+j] (Eq. (30a): the query's block 0,
+    i.e. x_{T-1} itself) and Kt = K2 = sqrt(c) sum_h sum_j E[hS+j, hS+j] (Eq. (30b)).
+    The score of key i is H c^{3/2} 1{x_{pad(i-1)} = x_{T-1}}, so the c -> infinity output
+    is the padded bigram estimator (`construction_limit` with k = 2). Needs d_h = D.
+    """
+    _check_full_rank(model)
+    heads, s, t = model.heads, model.states, model.seq_len
+    for param in (model.A1, model.V1, model.Q, model.Kt):
+        param[member].zero_()
+    rows = torch.arange(1, t)
+    eye = torch.eye(s, dtype=model.Q.dtype)
+    root = math.sqrt(c)
+    for h in range(1, heads + 1):
+        model.A1[member, h - 1, rows, rows - 1] = c
+        model.V1[member, h - 1] = root * eye
+        model.Q[member, 0:s, h * s : (h + 1) * s] = root * eye
+        model.Kt[member, h * s : (h + 1) * s, h * s : (h + 1) * s] = root * eye
+
+
+@torch.no_grad()
+def set_lagset_construction(
+    model: EnsembleDisentangled, member: int, lags: tuple[int, ...], c: float
+) -> None:
+    """Write paper C's N-history point, App. F.2 Eq. (36), for the lag set N = ``lags``.
+
+    Head h in N attends to the (-h)-token from every query l < T-1 and to the (-(h-1))-token
+    from the last query T-1 (Eq. (36c): the last token is special, so the construction
+    holds for this fixed length only); rows l < h read x_0, the padding convention of
+    Eq. (10c) (Eq. (36c) leaves them out; the factor c of its last term is restored).
+    V1^(h) = sqrt(c) I_S for h in N, 0 otherwise (Eq. (36d)); Q = Kt = sqrt(c) sum_{h in N}
+    sum_j E[hS+j, hS+j] (Eqs. (36a)-(36b): block h of the query against block h of the
+    key). The score of key i is c^2 #{h in N: x_{pad(i-h)} = x_{T-h}}, so the c -> infinity
+    output is the padded N-MLE estimator of App. F.2 (`kgram_estimate(lags, pad=True)`
+    where it is defined). Needs d_h = D.
+    """
+    _check_full_rank(model)
+    heads, s, t = model.heads, model.states, model.seq_len
+    if not lags or any(not 1 <= h <= heads for h in lags) or len(set(lags)) != len(lags):
+        raise ValueError(f"lags must be distinct heads in 1..{heads}, got {lags}")
+    for param in (model.A1, model.V1, model.Q, model.Kt):
+        param[member].zero_()
+    rows = torch.arange(t)
+    eye = torch.eye(s, dtype=model.Q.dtype)
+    root = math.sqrt(c)
+    for h in lags:
+        cols = (rows - h).clamp(min=0)
+        cols[-1] = t - h
+        model.A1[member, h - 1, rows, cols] = c
+        model.V1[member, h - 1] = root * eye
+        model.Q[member, h * s : (h + 1) * s, h * s : (h + 1) * s] = root * eye
+        model.Kt[member, h * s : (h + 1) * s, h * s : (h + 1) * s] = root * eye
+
+
+def _check_full_rank(model: EnsembleDisentangled) -> None:
+    if model.hidden != model.width:
+        raise ValueError("the constructions need d_h = D (spec C §0.4)")
+
+
+def construction_limit(tokens: torch.Tensor, k: int, states: int) -> torch.Tensor:
+    """The c -> infinity output of theta_*^k at the last query, (B, S) float64, on *every*
+    sequence, its match set empty or not.
+
+    The score of key i is c m_i + O(T e^{-c}) with m_i = #{h <= k-1 : x_{pad(i-h)} = x_{T-h}}
+    (paper C, Lemma B.1 and App. E, Eq. (16); spec C §3.1), so the attention becomes uniform
+    on the keys with the largest m_i: the padded match set M^pad (m_i = k-1) where it is
+    not empty, else the keys matching the most lags, a back-off that drops no lag in
+    particular (spec C §3.1). The token counts of the keys with exactly m matching lags are
+    E_m = sum_{A : |A| >= m} (-1)^{|A|-m} C(|A|, m) N_A (inclusion-exclusion), N_A the
+    padded counts of the lag subset A (`kgram_counts`, ``pad=True``).
+    """
+    lags = paper_c_kgram_lags(k)
+    counts = {
+        subset: kgram_counts(tokens, subset, states, pad=True, last_position=True)
+        for size in range(len(lags) + 1)
+        for subset in itertools.combinations(lags, size)
+    }
+    out = torch.full((tokens.shape[0], states), math.nan, dtype=torch.float64)
+    for m in range(len(lags), -1, -1):
+        exact = torch.stack(
+            [
+                (-1) ** (len(a) - m) * math.comb(len(a), m) * n
+                for a, n in counts.items()
+                if len(a) >= m
+            ]
+        ).sum(0)
+        total = exact.sum(-1, keepdim=True)
+        pick = out.isnan().any(-1, keepdim=True) & (total > 0)
+        out = torch.where(pick, exact / total.clamp(min=1.0), out)
+    return out
+
+
+def lagset_conditional(
+    kernels: torch.Tensor, tokens: torch.Tensor, lags: tuple[int, ...]
+) -> torch.Tensor:
+    """p_tau(x_{T+1} = . | x_{T+1-h}, h in ``lags``) of a stationary chain: (B, S) float64.
+
+    Paper C, Lemma H.5 (contiguous lags 1..l: the lower-order conditional, time-homogeneous
+    under the stationary start of App. H.1) and App. H.2 "Conditional Probability for Any
+    Subset of Sequence" (any lag set, Remark C.2 / App. F.2): the law of the last stationary
+    window and the next token, pi(w) P(s | w) with pi = `lifted_stationary`, summed over the
+    window positions outside ``lags`` and normalised. ``kernels`` (B, S**m, S) (order
+    m = n-1), ``tokens`` (B, T) with T >= m; lags in 1..m; () gives the stationary marginal.
+    """
+    kernels = kernels.to(torch.float64)
+    batch, rows, states = kernels.shape
+    order = round(math.log(rows) / math.log(states))
+    if any(not 1 <= h <= order for h in lags) or len(set(lags)) != len(lags):
+        raise ValueError(f"lags must be distinct ints in 1..{order}, got {lags}")
+    joint = (lifted_stationary(kernels).unsqueeze(-1) * kernels).view(
+        batch, *[states] * order, states
+    )
+    # window axis j (oldest first) holds x[T-order+j], the lag order - j
+    drop = [1 + order - h for h in range(1, order + 1) if h not in lags]
+    if drop:
+        joint = joint.sum(dim=drop)
+    kept = sorted(lags, reverse=True)  # the remaining axes, oldest first
+    index = [torch.arange(batch), *(tokens[:, tokens.shape[-1] - h] for h in kept)]
+    law = joint[tuple(index)]
+    return law / law.sum(-1, keepdim=True)
+
+
+def lemma31_surrogate(probs: torch.Tensor, law: torch.Tensor, eps: float) -> torch.Tensor:
+    """(E,) mean over sequences of <sg(p_theta - y), log(p_theta + eps)>, sg = stop-gradient:
+    its gradient is paper C's Lemma 3.1 form E <p_theta - y, d log p_theta> of the gradient
+    of the cross-entropy -sum_s y_s log(p_s + eps) (exact as eps -> 0, for any model whose
+    output lies on the simplex). ``probs`` (E, B, S), ``law`` (E, B, S)."""
+    residual = (probs.detach() - law.to(probs.dtype)).detach()
+    return (residual * torch.log(probs + eps)).sum(-1).mean(-1)
+
+
+def lagset_construction_limit(
+    tokens: torch.Tensor, lags: tuple[int, ...], states: int
+) -> torch.Tensor:
+    """The c -> infinity output of App. F.2 Eq. (36) at the last query, (B, S) float64.
+
+    Eq. (36c) makes the last position T-1 read the (-(h-1))-token, and it does so as a key
+    too: block h of key T-1 then holds x_{T-h}, the query's own block, so key T-1 matches
+    every h in N whatever the sequence. The limit is therefore the padded N-MLE counts over
+    keys i < T-1 plus x_{T-1} once (paper C, App. F.2; padding as in `set_lagset_construction`).
+    """
+    counts = kgram_counts(tokens, lags, states, pad=True, last_position=True)
+    t = tokens.shape[-1]
+    last_matches = torch.ones(tokens.shape[0], 1, dtype=torch.bool)
+    for h in lags:
+        last_matches &= (tokens[:, t - 1 - h] == tokens[:, t - h]).unsqueeze(-1)
+    last = torch.nn.functional.one_hot(tokens[:, -1], states).to(torch.float64)
+    counts = counts + torch.where(last_matches, 0.0, 1.0) * last
+    return counts / counts.sum(-1, keepdim=True)

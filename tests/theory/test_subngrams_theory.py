@@ -1,8 +1,12 @@
 """Paper C: theta_*^k against the k-gram estimator, the dashed-line estimator against brute
-force, and the population-gradient estimator against closed forms (spec C §1.5, §3)."""
+force, and the population-gradient estimator against closed forms (spec C §1.5, §3); the
+stationary conditionals (Lemma H.5, App. H.2), Prop. 3.2 / Remark C.2 and Lemma 3.1 exactly
+on enumerated chains or by finite differences; App. F's constructions and theta_*^k on empty
+match sets by hand."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -10,10 +14,20 @@ import pytest
 import torch
 
 from lightning_modules import LastTokenLawCE, SequenceBatch
+from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
 from lightning_modules.measures import member_gradients, population_grad_norm
 from replicate.analysis import kgram_estimate, paper_c_kgram_lags
 from replicate.experiments.subngrams.common import DataSettings, expand, fixed_set, history_losses
 from replicate.experiments.subngrams.fig2 import constructions
+from replicate.markov import context_indices, draw_kernels, lifted_stationary
+from replicate.theory.subngrams import (
+    construction_limit,
+    lagset_conditional,
+    lagset_construction_limit,
+    lemma31_surrogate,
+    set_all_heads_bigram,
+    set_lagset_construction,
+)
 
 EXAMPLE = [2, 0, 1, 2, 0, 2, 1, 1, 0, 2]  # spec C §3.3 (Fig. 2), S = 3, H = 2, c = 30
 # supports and outputs of theta_*^1, theta_*^2, theta_*^3 computed by hand in spec C §3.3
@@ -87,3 +101,136 @@ def test_population_gradient_estimator_closed_forms() -> None:
     full_sq = sum(g.flatten(1).pow(2).sum(1) for g in full).numpy()
     assert (estimate[1:] > 0).all()
     np.testing.assert_allclose(estimate**2 + floor**2, full_sq, rtol=1e-9, atol=1e-15)
+
+
+def _enumerate_chain(states: int, order: int, length: int, seed: int):
+    """Every sequence of a stationary-start chain (App. H.1) with its probability and the
+    law of the next token: kernel (S**m, S), tokens (N, L), probs (N,), next laws (N, S)."""
+    kernel = draw_kernels(states, order, 0.5, 1, torch.Generator().manual_seed(seed))[0]
+    pi = lifted_stationary(kernel[None])[0]
+    tokens = torch.tensor(list(itertools.product(range(states), repeat=length)))
+    ctx = context_indices(tokens, order, states)  # window index at every start
+    probs = pi[ctx[:, 0]] * kernel[ctx[:, :-1], tokens[:, order:]].prod(-1)
+    return kernel, tokens, probs, kernel[ctx[:, -1]]
+
+
+@pytest.mark.parametrize(
+    ("order", "lags"), [(2, ()), (2, (1,)), (2, (2,)), (2, (1, 2)), (3, (1, 3)), (3, (2,))]
+)
+def test_lagset_conditional_brute_force(order: int, lags: tuple[int, ...]) -> None:
+    """Lemma H.5 / App. H.2: the stationary conditional given any lag set against the
+    conditional of the next token computed by summing over every sequence."""
+    kernel, tokens, probs, law = _enumerate_chain(2, order, 6, seed=order)
+    closed = lagset_conditional(kernel.expand(len(tokens), -1, -1), tokens, lags)
+    for key in itertools.product(range(2), repeat=len(lags)):
+        rows = torch.ones(len(tokens), dtype=torch.bool)
+        for h, v in zip(lags, key, strict=True):
+            rows &= tokens[:, -h] == v
+        brute = (probs[rows, None] * law[rows]).sum(0) / probs[rows].sum()
+        torch.testing.assert_close(closed[rows], brute.expand(int(rows.sum()), -1))
+    assert closed.sub(law).abs().max() > 1e-3 or lags == tuple(range(1, order + 1))
+
+
+@pytest.mark.parametrize("lags", [(1,), (1, 2), (2,), (1, 3)])
+def test_proposition32_suffix_score(lags: tuple[int, ...]) -> None:
+    """Prop. 3.2 (contiguous suffix) and Remark C.2 (any lag set), exactly: for a model whose
+    score depends on the tokens at ``lags`` only (a softmax table), the population gradient
+    with the full next-token law equals the one with p_tau(. | lags); at the table of
+    log p_tau(. | lags) it vanishes although the loss stays above the n-gram optimum."""
+    order = max(3, max(lags))
+    kernel, tokens, probs, law = _enumerate_chain(2, order, 7, seed=11)
+    index = sum(tokens[:, -h] * 2**i for i, h in enumerate(lags))
+    target = lagset_conditional(kernel.expand(len(tokens), -1, -1), tokens, lags)
+
+    def gradient(table: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+        table = table.clone().requires_grad_(True)
+        loss = -(probs[:, None] * y * table[index].log_softmax(-1)).sum()
+        return torch.autograd.grad(loss, table)[0], float(loss.detach())
+
+    random = torch.randn(2 ** len(lags), 2, dtype=torch.float64, generator=torch.Generator())
+    full, _ = gradient(random, law)
+    torch.testing.assert_close(full, gradient(random, target)[0], rtol=0, atol=1e-14)
+    assert full.abs().max() > 1e-3
+    star = target[torch.stack([(index == i).nonzero()[0, 0] for i in range(2 ** len(lags))])]
+    at_star, loss = gradient(star.log(), law)
+    assert at_star.abs().max() < 1e-14
+    bayes = -(probs[:, None] * law * law.log()).sum()
+    assert loss > bayes + 1e-3
+
+
+def _max_partial_match_loop(x: list[int], k: int, states: int) -> np.ndarray:
+    """theta_*^k's c -> infinity output by hand: keys with the most matching lags (padded)."""
+    t = len(x)
+    matches = [sum(x[max(i - h, 0)] == x[t - h] for h in range(1, k)) for i in range(t)]
+    best = [i for i in range(t) if matches[i] == max(matches)]
+    return np.bincount([x[i] for i in best], minlength=states) / len(best)
+
+
+def test_construction_limit_on_empty_match_sets() -> None:
+    """`construction_limit` against the loop above, and theta_*^k at c = 40 against it on
+    sequences whose padded match set is empty (spec C §3.1)."""
+    data = DataSettings(states=5, order=4, alpha=0.5, seq_len=16)
+    tokens = fixed_set(data, 300, 3, "test").tokens[0]
+    for k in (2, 3, 4):
+        limit = construction_limit(tokens, k, 5)
+        loop = np.stack([_max_partial_match_loop(x, k, 5) for x in tokens.tolist()])
+        np.testing.assert_allclose(limit.numpy(), loop, atol=1e-15)
+        empty = kgram_estimate(tokens, paper_c_kgram_lags(k), 5, pad=True, last_position=True)
+        empty = empty.isnan().any(-1)
+        assert empty.sum() >= 5  # the check covers empty match sets
+        with torch.no_grad():
+            probs = constructions(5, 4, 16, [(k, 40.0)])(tokens[None])[0]
+        assert (probs - limit).abs().max() < 1e-12
+
+
+def test_appendix_f_constructions() -> None:
+    """Eq. (30) at c = 40 computes the padded bigram; Eq. (36) computes the padded N-MLE
+    counts of keys i < T-1 plus x_{T-1} (`lagset_construction_limit`), both by hand."""
+    data = DataSettings(states=3, order=4, alpha=0.5, seq_len=12)
+    tokens = fixed_set(data, 200, 4, "test").tokens[0]
+    model = EnsembleDisentangled(DisentangledConfig(3, 3, 12, hidden="D"), 2, torch.float64)
+    set_all_heads_bigram(model, 0, 40.0)
+    set_lagset_construction(model, 1, (1, 3), 40.0)
+    with torch.no_grad():
+        probs = model(tokens[None].expand(2, -1, -1))
+    for b, x in enumerate(tokens.tolist()):
+        t = len(x)
+        bigram = [x[i] for i in range(t) if x[max(i - 1, 0)] == x[t - 1]]
+        if bigram:
+            np.testing.assert_allclose(probs[0, b], np.bincount(bigram, minlength=3) / len(bigram))
+        keys = [x[i] for i in range(t - 1) if all(x[max(i - h, 0)] == x[t - h] for h in (1, 3))]
+        counts = np.bincount([*keys, x[-1]], minlength=3)
+        np.testing.assert_allclose(probs[1, b], counts / counts.sum(), atol=1e-12)
+    limit = lagset_construction_limit(tokens, (1, 3), 3)
+    torch.testing.assert_close(probs[1], limit, rtol=0, atol=1e-12)
+
+
+def test_lemma31_surrogate_gradient() -> None:
+    """Lemma 3.1: the gradient of `lemma31_surrogate` is the cross-entropy gradient, checked
+    by central finite differences of the loss along a random direction (theta_rand)."""
+    data = DataSettings(states=3, order=3, alpha=0.5, seq_len=10)
+    batch = expand(fixed_set(data, 64, 5, "gradset"), 1, torch.float64)
+    model = EnsembleDisentangled(DisentangledConfig(3, 2, 10, hidden="D"), 1, torch.float64)
+    model.init_members([5])
+    with torch.no_grad():
+        model.A1.normal_(generator=torch.Generator().manual_seed(0))
+    params = list(model.parameters())
+    surrogate = lemma31_surrogate(model(batch.tokens), batch.next_law, 1e-300).sum()
+    grads = torch.autograd.grad(surrogate, params)
+    gen = torch.Generator().manual_seed(1)
+    direction = [torch.randn(p.shape, dtype=torch.float64, generator=gen) for p in params]
+    objective, h = LastTokenLawCE(eps=1e-300), 1e-6
+
+    def loss_at(step: float) -> float:
+        with torch.no_grad():
+            for p, d in zip(params, direction, strict=True):
+                p.add_(step * d)
+            value = float(objective.loss(model, SequenceBatch(*batch)).sum())
+            for p, d in zip(params, direction, strict=True):
+                p.sub_(step * d)
+        return value
+
+    numeric = (loss_at(h) - loss_at(-h)) / (2 * h)
+    analytic = float(sum((g * d).sum() for g, d in zip(grads, direction, strict=True)))
+    assert abs(numeric) > 1e-3
+    assert analytic == pytest.approx(numeric, rel=1e-6)

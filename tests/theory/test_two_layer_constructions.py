@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
+import numpy as np
 import pytest
 import torch
 
 from replicate.analysis import kgram_estimate, order_lags
+from replicate.experiments.two_layer.bits import quantised
+from replicate.experiments.two_layer.constructions import kgram_errors, smallest_passing
 from replicate.markov import InContextSource
-from replicate.theory.two_layer.constructions import Layout, Member, build, triadic_normaliser
+from replicate.theory.two_layer.constructions import (
+    Layout,
+    Member,
+    build,
+    matching_margin,
+    sufficient_temperature,
+    triadic_normaliser,
+)
 
 
 def _tokens(states: int, order: int, length: int, count: int = 6) -> torch.Tensor:
@@ -78,3 +91,57 @@ def test_ungated_variant_is_a_convex_combination_of_tokens() -> None:
 def test_ungated_members_share_one_temperature() -> None:
     with pytest.raises(ValueError, match="temperature"):
         build("ungated", 2, 8, [Member(2, 1e3), Member(2, 1e4)])
+
+
+@pytest.mark.parametrize("states", [2, 3])
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_matching_margin_is_the_closest_pair_of_contexts(states: int, order: int) -> None:
+    """delta_k's closed form against 1 - max cosine over every pair of distinct contexts."""
+    eye = np.eye(states)
+    vectors = [
+        sum(3.0**m * eye[s] for m, s in enumerate(context))
+        for context in itertools.product(range(states), repeat=order)
+    ]
+    unit = [v / np.linalg.norm(v) for v in vectors]
+    closest = max(float(a @ b) for a, b in itertools.combinations(unit, 2))
+    assert matching_margin(order) == pytest.approx(1.0 - closest, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_sufficient_temperature_bounds_the_error(order: int) -> None:
+    """At c = ln((T - 1) / eps) / delta_k the 2L1H error is <= eps; a tenth of it is not."""
+    length, eps = 32, 1e-3
+    tokens = _tokens(2, order, length, count=20)
+    c = sufficient_temperature(order, length, eps)
+    model = build("2l1h", 2, length, [Member(order, c), Member(order, c / 10)])
+    with torch.no_grad():
+        out = model(tokens[None].expand(2, -1, -1))
+    errors = kgram_errors(out, tokens, order).amax(-1)
+    assert float(errors[0]) <= eps < float(errors[1])
+    for i in range(2):  # the ensemble axis of kgram_errors: each member as alone
+        assert float(kgram_errors(out[i], tokens, order).max()) == float(errors[i])
+
+
+def test_smallest_passing_needs_every_larger_value_to_pass() -> None:
+    values = np.array([1.0, 2.0, 3.0, 4.0])
+    assert smallest_passing(values, np.array([0.5, 0.01, 0.2, 0.01]), 0.1) == 4.0
+    assert smallest_passing(values, np.array([0.5, 0.01, 0.02, 0.01]), 0.1) == 2.0
+    assert smallest_passing(values, np.full(4, 0.01), 0.1) == 1.0
+    assert math.isnan(smallest_passing(values, np.array([0.01, 0.01, 0.01, 0.5]), 0.1))
+
+
+def test_per_member_bit_widths_quantise_each_member_alone() -> None:
+    """quantised(model, widths) with one width per member equals one-width copies; 32 bits
+    is the float model, and few bits move the construction off the estimator."""
+    tokens = _tokens(2, 2, 16)
+    widths = [6, 12, 32]
+    model = build("2l1h", 2, 16, [Member(2, 200.0, 100.0)] * len(widths))
+    with torch.no_grad():
+        together = quantised(model, torch.tensor(widths))(tokens[None].expand(3, -1, -1))
+        plain = model(tokens[None].expand(3, -1, -1))
+        for i, b in enumerate(widths):
+            alone = quantised(model, b)(tokens[None].expand(3, -1, -1))
+            torch.testing.assert_close(together[i], alone[i], atol=0, rtol=0)
+    torch.testing.assert_close(together[2], plain[2], atol=0, rtol=0)
+    errors = kgram_errors(together, tokens, 2).amax(-1)
+    assert float(errors[0]) > 0.1 > 1e-3 > float(errors[2])

@@ -5,6 +5,12 @@ second-layer attention support and the output against the padded k-gram estimato
 (b) Check (a) of spec C §3.2: on random in-context sequences, float64, the output of
 theta_*^k approaches the padded k-gram estimator as c grows (O(T e^{-c}), Lemma B.1), and
 the Def. 2.1 estimator up to the padding boundary effect.
+(c) On the sequences of (b) whose padded match set is empty, theta_*^k's output against
+its back-off limit (`construction_limit`: the keys matching the most lags).
+(d) The paper's other constructions on the same sequences: App. F Eq. (30) (every head on
+the (-1)-token) against the padded bigram estimator, and App. F.2 Eq. (36) (a
+non-contiguous lag set N) against the padded N-MLE estimator and against its actual limit
+(`lagset_construction_limit`: the last key always matches).
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ from replicate.analysis.kgram import kgram_estimate, match_matrix, paper_c_kgram
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import DataSettings, fixed_set
 from replicate.settings import PositiveInt, Strict
-from replicate.theory.subngrams import set_construction
+from replicate.theory.subngrams import (
+    construction_limit,
+    lagset_construction_limit,
+    set_all_heads_bigram,
+    set_construction,
+    set_lagset_construction,
+)
 
 SUPPORT_THRESHOLD = 1e-6  # second-layer weight above which a key counts as attended
 
@@ -43,6 +55,7 @@ class Fig2Settings(Strict):
     seed: int
     bound_min_scale: Annotated[float, Field(gt=0.0)]  # c from which |p - p_pad| <= 20 T e^{-c}
     def21_min_scale: Annotated[float, Field(gt=0.0)]  # c from which the Def. 2.1 gap is checked
+    lagset: list[PositiveInt] = Field(min_length=1)  # N of App. F.2 Eq. (36)
 
 
 def constructions(
@@ -112,6 +125,7 @@ def check_a(s: Fig2Settings) -> pd.DataFrame:
         def21 = kgram_estimate(tokens, lags, data.states, last_position=True)
         both = ~(padded.isnan().any(-1) | def21.isnan().any(-1))
         pad_ok = ~padded.isnan().any(-1)
+        empty_error = (probs[i] - construction_limit(tokens, k, data.states))[~pad_ok].abs()
         rows.append(
             {
                 "k": k,
@@ -120,6 +134,52 @@ def check_a(s: Fig2Settings) -> pd.DataFrame:
                 "bound": error_bound(data.seq_len, c),
                 "mean_error_def21": float((probs[i] - def21)[both].abs().mean()),
                 "empty_fraction": float(1 - pad_ok.double().mean()),
+                "max_error_empty": float(empty_error.max()) if empty_error.numel() else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def check_variants(s: Fig2Settings) -> pd.DataFrame:
+    """Errors of App. F's Eq. (30) and App. F.2's Eq. (36) against their estimators, on the
+    sequences of `check_a`, float64, for every c.
+
+    Their bound is `error_bound` times the factor by which their score scale exceeds
+    theta_*^k's (c per matching lag): the first layer's O(T e^{-c}) error enters the
+    scores multiplied by H sqrt(c) (Eq. (30): score H c^{3/2}) or by c (Eq. (36): c^2).
+    """
+    data, lags = s.data, tuple(s.lagset)
+    tokens = fixed_set(data, s.sequences, s.seed, "test").tokens[0]
+    cfg = DisentangledConfig(data.states, data.order - 1, data.seq_len, hidden="D")
+    model = EnsembleDisentangled(cfg, 2 * len(s.scales), dtype=torch.float64)
+    for i, c in enumerate(s.scales):
+        set_all_heads_bigram(model, 2 * i, c)
+        set_lagset_construction(model, 2 * i + 1, lags, c)
+    with torch.no_grad():
+        probs = model(tokens[None].expand(model.ensemble, -1, -1))
+    bigram = kgram_estimate(tokens, (1,), data.states, pad=True, last_position=True)
+    nmle = kgram_estimate(tokens, lags, data.states, pad=True, last_position=True)
+    actual = lagset_construction_limit(tokens, lags, data.states)
+    rows = []
+    for i, c in enumerate(s.scales):
+        bound = error_bound(data.seq_len, c)
+        ok, ok_n = ~bigram.isnan().any(-1), ~nmle.isnan().any(-1)
+        rows.append(
+            {
+                "construction": "eq30",
+                "c": c,
+                "max_error": float((probs[2 * i] - bigram)[ok].abs().max()),
+                "bound": bound * (data.order - 1) * math.sqrt(c),
+                "max_error_actual_limit": math.nan,
+            }
+        )
+        rows.append(
+            {
+                "construction": "eq36_" + "_".join(str(h) for h in lags),
+                "c": c,
+                "max_error": float((probs[2 * i + 1] - nmle)[ok_n].abs().max()),
+                "bound": bound * c,
+                "max_error_actual_limit": float((probs[2 * i + 1] - actual).abs().max()),
             }
         )
     return pd.DataFrame(rows)
@@ -134,14 +194,29 @@ def fig2(s: Fig2Settings, ctx: RunContext) -> Metrics:
     k1 = table[table.k == 1]
     high = table[(table.k >= 2) & (table.c >= s.bound_min_scale)]
     def21 = table[(table.k >= 2) & (table.c >= s.def21_min_scale)]
+    variants = check_variants(s)
+    ctx.save_csv(variants, "variants.csv")
+    eq30 = variants[(variants.construction == "eq30") & (variants.c >= s.bound_min_scale)]
+    eq36 = variants[(variants.construction != "eq30") & (variants.c >= s.bound_min_scale)]
     metrics |= {
         "F2b/k1_max_error": float(k1.max_error_padded.max()),
         "F2b/max_error_over_bound": float((high.max_error_padded / high.bound).max()),
         "F2b/max_mean_error_def21": float(def21.mean_error_def21.max()),
+        "F2c/max_error_empty_over_bound": float((high.max_error_empty / high.bound).max()),
+        "F2c/empty_fraction": float(table.empty_fraction.max()),
+        "F30/max_error_over_bound": float((eq30.max_error / eq30.bound).max()),
+        "F36/max_error": float(eq36.max_error.max()),
+        "F36/max_error_over_bound": float((eq36.max_error / eq36.bound).max()),
+        "F36/max_error_actual_limit_over_bound": float(
+            (eq36.max_error_actual_limit / eq36.bound).max()
+        ),
     }
     for row in table.itertuples():
         metrics[f"k{row.k}/c{row.c:g}/max_error_padded"] = row.max_error_padded
         metrics[f"k{row.k}/c{row.c:g}/mean_error_def21"] = row.mean_error_def21
+        metrics[f"k{row.k}/c{row.c:g}/max_error_empty"] = row.max_error_empty
+    for row in variants.itertuples():
+        metrics[f"{row.construction}/c{row.c:g}/max_error"] = row.max_error
     _plot(s, table, ctx)
     return metrics
 

@@ -37,6 +37,7 @@ from replicate.experiments.subngrams.general import (
     general_config,
 )
 from replicate.experiments.subngrams.stages import (
+    OFFSETS,
     Stages,
     StageSettings,
     heads_on,
@@ -117,15 +118,18 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
         for i, seed in enumerate(s.seeds):
             stage = stages(steps, losses[i], levels, s.stage)
             bigram = order_plateau(stage, 2)
-            on_mid = (
-                heads_on(masses[i, midpoint_index(steps, bigram)], s.stage) if bigram else set()
-            )
+            mid = masses[i, midpoint_index(steps, bigram)] if bigram else None
+            on_mid = heads_on(mid, s.stage) if mid is not None else set()
             on_end = heads_on(masses[i, -1], s.stage)
             values = {
                 "a_bigram_then_trigram": float(bigram is not None and stage.orders[-1] == 3),
                 "b_bigram_heads": float(1 in on_mid and not any(d >= 2 for d in on_mid)),
                 "c_final_heads_1_2": float({1, 2} <= on_end),
                 "bigram_level": bigram.level if bigram else math.nan,
+                # the largest m_h(1) at the plateau's midpoint, beside the head threshold
+                "bigram_max_mass_minus1": (
+                    float(mid[:, OFFSETS.index(1)].max()) if mid is not None else math.nan
+                ),
                 "final_loss": float(losses[i, -1]),
             }
             parts = (CLAIMED["F4a"], CLAIMED["F4b"], CLAIMED["F4c"])

@@ -35,6 +35,7 @@ from replicate.experiments.subngrams.stages import (
     mass_probe,
     midpoint_index,
     peak_distance,
+    spike_factor,
     stages,
 )
 from replicate.settings import Strict
@@ -63,11 +64,13 @@ def stagewise(stage: Stages, final_order: int) -> bool:
 def gradient_metrics(
     steps: np.ndarray, stage: Stages, minibatch: np.ndarray, population: np.ndarray
 ) -> Metrics:
-    """F6b-F6d (spec C §4.6) of one member (NaN / inf without a transition)."""
+    """F6b-F6d (spec C §4.6; F6b's spike factor, issue 19) of one member (NaN / inf without
+    a transition)."""
     ratio, peak = gradient_ratio(steps, minibatch, stage, smooth=True)
     pop_ratio, _ = gradient_ratio(steps, population, stage, smooth=False)
     return {
         "grad_ratio": ratio,
+        "grad_spike_factor": spike_factor(steps, minibatch, stage),
         "pop_grad_ratio": pop_ratio,
         "grad_peak_step": peak,
         "grad_peak_distance": peak_distance(peak, stage),
@@ -78,6 +81,12 @@ def finite_max(values: np.ndarray) -> float:
     """Max over the seeds that made a transition (finite values); NaN if none did."""
     finite = values[np.isfinite(values)]
     return float(finite.max()) if finite.size else math.nan
+
+
+def finite_min(values: np.ndarray) -> float:
+    """Min over the seeds that made a transition (finite values); NaN if none did."""
+    finite = values[np.isfinite(values)]
+    return float(finite.min()) if finite.size else math.nan
 
 
 def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
@@ -118,6 +127,7 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
     metrics |= {
         "F6a/frac_seeds_stagewise": float(col("stagewise").mean()),
         "F6b/max_grad_ratio": float(np.nanmax(col("grad_ratio"))),
+        "F6b/min_grad_spike_factor": finite_min(col("grad_spike_factor")),
         "F6c/max_pop_grad_ratio": float(np.nanmax(col("pop_grad_ratio"))),
         "F6d/max_peak_distance": finite_max(col("grad_peak_distance")),
         "heads/frac_seeds_bigram_heads_on_plateau": float(np.nanmean(col("plateau_heads_bigram"))),

@@ -117,6 +117,26 @@ def gradient_ratio(
     return (max(ratios) if ratios else math.nan), peak
 
 
+def spike_factor(steps: np.ndarray, norms: np.ndarray, stage: Stages) -> float:
+    """Min over transitions of g_max(transition) / g_max(plateau): how far the smoothed
+    minibatch norm around a transition rises above its own largest excursion on the plateau
+    before it (F6b, issue 19 item 5). The transition window is `gradient_ratio`'s; the
+    plateau window has the same length, centred on the plateau and clipped to it, so noise
+    alone gives about 1 (g_med / g_max does not: 0.55 on a run without a transition). NaN
+    when no plateau is followed by a transition.
+    """
+    curve = running_median(norms)
+    margin = 0.02 * stage.t_max
+    factors = []
+    for p, q in itertools.pairwise(stage.plateaus):
+        transition = (steps >= p.t1 - margin) & (steps <= q.t0 + margin)
+        half = 0.5 * (q.t0 - p.t1) + margin
+        middle = 0.5 * (p.t0 + p.t1)
+        plateau = (steps >= max(p.t0, middle - half)) & (steps <= min(p.t1, middle + half))
+        factors.append(float(curve[transition].max() / curve[plateau].max()))
+    return min(factors, default=math.nan)
+
+
 def mass_probe(model: torch.nn.Module) -> np.ndarray:
     """Probe: m_h(delta) (E, H, len(OFFSETS)) of a disentangled model's first layer."""
     return masses_of(model.first_layer_attention())

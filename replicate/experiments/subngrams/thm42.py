@@ -1,11 +1,16 @@
 """Paper C, Thm. 4.2: the population-gradient norm at theta_*^k (spec C §3.4-3.5, experiment G).
 
 For each context length T, every point (k, c) of the grid, the random initialisation
-theta_rand and theta_mid = (theta_*^2 + theta_*^3)/2 is one member of a single float64
-`EnsembleDisentangled` ensemble (d_h = D), evaluated on one common set of N sequences
-(common random numbers); the unbiased estimator of ||E grad L|| and its noise floor come
-from M chunks (spec C §3.5), for each loss epsilon (1e-8 as the authors' code, 1e-300 as
-the exact cross-entropy).
+theta_rand, theta_mid = (theta_*^2 + theta_*^3)/2 and App. F's all-heads bigram point
+(Eq. (30)) is one member of a single float64 `EnsembleDisentangled` ensemble (d_h = D),
+evaluated on one common set of N sequences (common random numbers); the unbiased estimator
+of ||E grad L|| and its noise floor come from M chunks (spec C §3.5), for each loss epsilon
+(1e-8 as the authors' code, 1e-300 as the exact cross-entropy).
+
+Also: Lemma 3.1's form of the gradient against autograd's at every point (smallest T), and
+Thm. 4.2's first term E||p_tau(. | x_{T-k+2..T}) - p_hat_k||^2 along T (Lemma H.6, the
+"e^{-Theta(T)}" of the text), with the stationary conditional of Lemma H.5 on sequences
+that start stationary (App. H.1) and p_hat_k = theta_*^k's c -> infinity output.
 """
 
 from __future__ import annotations
@@ -20,13 +25,21 @@ import torch
 from pydantic import Field
 
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
-from lightning_modules.measures import population_grad_norm
+from lightning_modules.measures import member_gradients, member_norms, population_grad_norm
 from lightning_modules.objectives import LastTokenLawCE
+from lightning_modules.seeding import member_generator
 from replicate import plotting
+from replicate.analysis.kgram import paper_c_kgram_lags
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import ChainSettings, expand, fixed_set
 from replicate.settings import PositiveInt, Strict
-from replicate.theory.subngrams import set_construction
+from replicate.theory.subngrams import (
+    construction_limit,
+    lagset_conditional,
+    lemma31_surrogate,
+    set_all_heads_bigram,
+    set_construction,
+)
 
 
 class Thm42Settings(Strict):
@@ -42,13 +55,16 @@ class Thm42Settings(Strict):
     g2_min_seq_len: PositiveInt  # G2/G3 use T >= this
     g5_max_seq_len: PositiveInt  # G5 uses T <= this
     g5_low_scale: Annotated[float, Field(gt=0.0)]  # G5 compares c = reference_scale with this
+    first_term_seq_lens: list[PositiveInt] = Field(min_length=3)  # doubling, for the H6 trend
+    first_term_sequences: PositiveInt
 
 
 def _points(s: Thm42Settings, seq_len: int) -> list[tuple[str, int, float]]:
-    """(label, k, c) of every member: theta_*^k for k = 1..n and each c, then rand and mid."""
+    """(label, k, c) of every member: theta_*^k for k = 1..n and each c, then rand, mid and
+    App. F's Eq. (30) bigram point."""
     scales = sorted({*s.scales, *([seq_len / 2] if s.diagonal else [])})
     points = [("star", k, c) for k in range(1, s.chain.order + 1) for c in scales]
-    return [*points, ("rand", 0, 0.0), ("mid", 0, s.reference_scale)]
+    return [*points, ("rand", 0, 0.0), ("mid", 0, s.reference_scale), ("f30", 2, s.reference_scale)]
 
 
 def _build(s: Thm42Settings, seq_len: int, points: list[tuple[str, int, float]]):
@@ -62,6 +78,8 @@ def _build(s: Thm42Settings, seq_len: int, points: list[tuple[str, int, float]])
         for i, (label, k, c) in enumerate(points):
             if label == "star":
                 set_construction(model, i, k, c)
+            elif label == "f30":
+                set_all_heads_bigram(model, i, c)
             elif label == "mid":
                 for mine, theirs in zip(model.parameters(), mid.parameters(), strict=True):
                     mine[i] = theirs.mean(0)
@@ -97,6 +115,85 @@ def gradient_table(s: Thm42Settings) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def lemma31_error(s: Thm42Settings) -> float:
+    """Max over the points at the smallest T of ||g_CE - g_L3.1|| / ||g_CE||: autograd's
+    gradient of the exact cross-entropy (eps = s.eps[-1]) against paper C's Lemma 3.1 form
+    E <p_theta - y, d log p_theta> (`lemma31_surrogate`), on one chunk of the gradient set
+    (the identity holds sequence by sequence)."""
+    seq_len = min(s.seq_lens)
+    points = _points(s, seq_len)
+    model = _build(s, seq_len, points)
+    chunk = fixed_set(s.chain.at(seq_len), s.sequences // s.chunks, s.seed, "gradset")
+    batch = expand(chunk, len(points), torch.float64)
+    assert batch.next_law is not None
+    objective = LastTokenLawCE(eps=s.eps[-1])
+    autograd = member_gradients(model, objective, batch)
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.enable_grad():
+        surrogate = lemma31_surrogate(model(batch.tokens), batch.next_law, s.eps[-1]).sum()
+        lemma = torch.autograd.grad(surrogate, params)
+    diff = member_norms([a - b for a, b in zip(autograd, lemma, strict=True)])
+    norm = member_norms(autograd)
+    return float((diff / norm.clamp(min=torch.finfo(torch.float64).tiny)).max())
+
+
+def first_term_table(s: Thm42Settings) -> pd.DataFrame:
+    """E||p_tau(. | x_{T-k+2..T}) - p_hat_k||^2 for k = 1..n and each T of
+    ``first_term_seq_lens`` (Thm. 4.2's first term; Lemma H.6), with its standard error.
+
+    Sequences start from a stationary window (App. H.1), so the suffix conditional is the
+    time-homogeneous one of Lemma H.5 (`lagset_conditional`); p_hat_k is theta_*^k's
+    c -> infinity output (`construction_limit`, defined on empty match sets too).
+    """
+    chain = s.chain.model_copy(update={"initial": "stationary"})
+    rows = []
+    for seq_len in s.first_term_seq_lens:
+        drawn = chain.source.draw(s.first_term_sequences, seq_len, member_generator(s.seed, "test"))
+        for k in range(1, s.chain.order + 1):
+            law = lagset_conditional(drawn.kernels, drawn.tokens, paper_c_kgram_lags(k))
+            estimate = construction_limit(drawn.tokens, k, s.chain.states)
+            sq = (law - estimate).pow(2).sum(-1)
+            rows.append(
+                {
+                    "T": seq_len,
+                    "k": k,
+                    "sq_error": float(sq.mean()),
+                    "sem": float(sq.std() / math.sqrt(sq.numel())),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _first_term_metrics(table: pd.DataFrame) -> Metrics:
+    """Trend of Thm. 4.2's first term along T (claims C-G6, C-H6).
+
+    Per k, s_j = d log(term) / dT between consecutive T. e^{-Theta(T)} makes log(term)
+    linear in T, so the slope ratio s_last / s_first is 1; a power law T^{-p} on a doubling
+    grid gives T_first / T_last-but-one. The decision reference is their geometric mean.
+    Also the least-squares slope of log(term) against log T (Lemma H.6: negative).
+    """
+    seq_lens = sorted(set(table["T"]))
+    metrics: Metrics = {
+        "H6/slope_ratio_midpoint": math.sqrt(seq_lens[0] / seq_lens[-2]),
+    }
+    ratios, loglog = [], []
+    for k, group in table.groupby("k"):
+        group = group.sort_values("T")
+        t, log_term = group["T"].to_numpy(float), np.log(group.sq_error.to_numpy())
+        slopes = np.diff(log_term) / np.diff(t)
+        loglog.append(float(np.polyfit(np.log(t), log_term, 1)[0]))
+        metrics[f"H6/k{k}/loglog_slope"] = loglog[-1]
+        metrics[f"H6/k{k}/slope_ratio"] = float(slopes[-1] / slopes[0])
+        if k >= 2:
+            ratios.append(metrics[f"H6/k{k}/slope_ratio"])
+    metrics["H6/min_slope_ratio_k2plus"] = min(ratios)
+    metrics["H6/max_loglog_slope"] = max(loglog)
+    for row in table.itertuples():
+        metrics[f"H6/k{row.k}/T{row.T}/sq_error"] = row.sq_error
+        metrics[f"H6/k{row.k}/T{row.T}/sem"] = row.sem
+    return metrics
 
 
 def _max(values) -> float:
@@ -153,6 +250,10 @@ def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
         for t in sorted(set(ex["T"]))
     ]
     metrics["G5/min_ratio_high_to_low_c_exact_ce"] = float(min(g5))
+    f30 = table[(table.point == "f30") & (table.eps == primary) & (table["T"] >= s.g2_min_seq_len)]
+    metrics["F30/max_grad_norm_above_2floor"] = _max(
+        np.where(f30.grad_norm > 2 * f30.noise_floor, f30.grad_norm, 0.0)
+    )
     return metrics
 
 
@@ -160,7 +261,10 @@ def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
     """Gradient-norm table at theta_*^k, claims G1-G5 (spec C §3.5)."""
     table = gradient_table(s)
     ctx.save_csv(table, "gradients.csv")
-    metrics = _assertions(s, table)
+    first_term = first_term_table(s)
+    ctx.save_csv(first_term, "first_term.csv")
+    metrics = _assertions(s, table) | _first_term_metrics(first_term)
+    metrics["L31/max_relative_error"] = lemma31_error(s)
     for row in table.itertuples():
         key = f"T{row.T}/{row.point}" + (f"_k{row.k}" if row.point == "star" else "")
         key += f"/c{row.c:g}/eps{row.eps:g}"

@@ -4,9 +4,13 @@ Every construction of `replicate.theory.two_layer.constructions` is materialised
 `EnsembleGPT` (members = (k, c) points) and run on sequences of Dirichlet(1) kernels; its
 output is compared with the shared conditional k-gram estimator (spec D §3.5-§3.6,
 D-CON-1..5) at every position where the estimator is defined (I_n non-empty, n >= k + 1).
+D-CON-6: the smallest temperature on a log grid at which the 2L1H construction is within a
+given error, per order k, against the sufficient temperature ln((T - 1) / eps) / delta_k.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -18,7 +22,14 @@ from replicate.analysis import kgram_estimate, order_lags
 from replicate.experiments.base import Metrics, RunContext
 from replicate.markov import InContextSource
 from replicate.settings import PositiveInt, Strict
-from replicate.theory.two_layer.constructions import Layout, Member, build, triadic_normaliser
+from replicate.theory.two_layer.constructions import (
+    Layout,
+    Member,
+    build,
+    matching_margin,
+    sufficient_temperature,
+    triadic_normaliser,
+)
 
 GATED = ("2l2h", "2l1h", "3l1h")
 
@@ -31,6 +42,16 @@ class UngatedSettings(Strict):
     temperature: float = Field(gt=0.0)
 
 
+class TemperatureSettings(Strict):
+    states: PositiveInt
+    orders: list[PositiveInt] = Field(min_length=2)
+    length: PositiveInt
+    sequences: PositiveInt
+    errors: list[float] = Field(min_length=1)  # the target max errors eps
+    decades: tuple[int, int]  # the grid runs from c = 10^first to 10^second
+    per_decade: PositiveInt
+
+
 class ConstructionSettings(Strict):
     states: list[PositiveInt]
     orders: list[PositiveInt]
@@ -39,20 +60,23 @@ class ConstructionSettings(Strict):
     temperatures: list[float] = Field(min_length=2)  # increasing; the last one is D-CON-1's c
     big: float = Field(gt=0.0)  # C, the "-infinity" outside the layer-1 windows
     ungated: UngatedSettings
+    temperature: TemperatureSettings
     seed: int = Field(ge=0)
 
 
-def _tokens(states: int, order: int, length: int, count: int, seed: int) -> torch.Tensor:
+def sample_tokens(states: int, order: int, length: int, count: int, seed: int) -> torch.Tensor:
+    """``count`` sequences of ``length``, each from its own Dirichlet(1) order-k kernel."""
     source = InContextSource(states, order, 1.0)
     gen = torch.Generator().manual_seed(seed * 1000 + 100 * states + 10 * order + length)
     return source.sample(count, length, gen)[0]
 
 
-def _errors(output: torch.Tensor, tokens: torch.Tensor, order: int) -> torch.Tensor:
-    """max_s |Pr - p_hat_k| at every position where p_hat_k is defined: (positions,)."""
+def kgram_errors(output: torch.Tensor, tokens: torch.Tensor, order: int) -> torch.Tensor:
+    """max_s |Pr - p_hat_k| at every position where p_hat_k is defined: output (..., N, T, S)
+    against tokens (N, T) gives (..., positions)."""
     estimate = kgram_estimate(tokens, order_lags(order), int(output.shape[-1]))
     defined = ~estimate.isnan().any(-1)
-    return (output.double() - estimate).abs().amax(-1)[defined]
+    return (output.double() - estimate).abs().amax(-1)[..., defined]
 
 
 def _expected_blocks(tokens: torch.Tensor, order: int, states: int) -> dict[str, torch.Tensor]:
@@ -127,7 +151,7 @@ def constructions(s: ConstructionSettings, ctx: RunContext) -> Metrics:
     for kind in GATED:
         for states in s.states:
             for length in s.lengths:
-                data = [_tokens(states, k, length, s.sequences, s.seed) for k, _ in points]
+                data = [sample_tokens(states, k, length, s.sequences, s.seed) for k, _ in points]
                 members = [Member(k, c, s.big) for k, c in points]
                 for dtype in (torch.float64, torch.float32):
                     if dtype == torch.float32:  # float32 only at the largest temperature
@@ -138,7 +162,7 @@ def constructions(s: ConstructionSettings, ctx: RunContext) -> Metrics:
                     with torch.no_grad():
                         out = model(torch.stack([data[i] for i in keep]))
                     for j, i in enumerate(keep):
-                        err = _errors(out[j], data[i], points[i][0])
+                        err = kgram_errors(out[j], data[i], points[i][0])
                         rows.append(
                             {
                                 "construction": kind,
@@ -159,7 +183,11 @@ def constructions(s: ConstructionSettings, ctx: RunContext) -> Metrics:
             "states": st,
             "order": k,
             **_intermediates(
-                st, k, max(s.lengths), _tokens(st, k, max(s.lengths), s.sequences, s.seed), s.big
+                st,
+                k,
+                max(s.lengths),
+                sample_tokens(st, k, max(s.lengths), s.sequences, s.seed),
+                s.big,
             ),
         }
         for st in s.states
@@ -171,10 +199,88 @@ def constructions(s: ConstructionSettings, ctx: RunContext) -> Metrics:
     metrics.update({f"con4/{k}": v for k, v in _structure(min(s.states), min(s.lengths)).items()})
     ungated = _ungated(s)
     metrics.update(_ungated_metrics(ungated, s.ungated))
+    scan = _temperature_scan(s)
+    needed = _needed_temperatures(scan, s.temperature)
+    metrics.update(_temperature_metrics(needed, s.temperature))
     ctx.save_csv(frame, "errors.csv")
     ctx.save_csv(check_frame, "intermediates.csv")
     ctx.save_csv(ungated, "ungated.csv")
-    _plot(frame, ungated, s, ctx)
+    ctx.save_csv(scan, "temperature_scan.csv")
+    ctx.save_csv(needed, "temperature.csv")
+    _plot(frame, ungated, scan, needed, s, ctx)
+    return metrics
+
+
+def smallest_passing(values: np.ndarray, errors: np.ndarray, bound: float) -> float:
+    """The smallest of the increasing ``values`` from which every error is <= ``bound``
+    (at that value and at every larger one); NaN where the last error exceeds ``bound``."""
+    tail = np.flip(np.logical_and.accumulate(np.flip(errors <= bound)))
+    return float(values[tail.argmax()]) if tail[-1] else math.nan
+
+
+def temperature_grid(t: TemperatureSettings) -> np.ndarray:
+    """c = 10^(j / per_decade) from 10^decades[0] to 10^decades[1]."""
+    first, last = t.decades
+    return 10.0 ** (np.arange(first * t.per_decade, last * t.per_decade + 1) / t.per_decade)
+
+
+def _temperature_scan(s: ConstructionSettings) -> pd.DataFrame:
+    """D-CON-6: the 2L1H max error on the temperature grid and at each sufficient
+    temperature ln((T - 1) / eps) / delta_k (``grid`` False), one ensemble per order."""
+    t = s.temperature
+    rows = []
+    for k in t.orders:
+        grid = [(float(c), True) for c in temperature_grid(t)]
+        bounds = [(sufficient_temperature(k, t.length, eps), False) for eps in t.errors]
+        points = grid + bounds
+        tokens = sample_tokens(t.states, k, t.length, t.sequences, s.seed)
+        model = build("2l1h", t.states, t.length, [Member(k, c, s.big) for c, _ in points])
+        with torch.no_grad():
+            out = model(tokens[None].expand(len(points), -1, -1))
+        errors = kgram_errors(out, tokens, k).amax(-1)
+        for (c, on_grid), err in zip(points, errors.tolist(), strict=True):
+            rows.append({"order": k, "c": c, "grid": on_grid, "max_error": err})
+    return pd.DataFrame(rows)
+
+
+def _needed_temperatures(scan: pd.DataFrame, t: TemperatureSettings) -> pd.DataFrame:
+    """Per (k, eps): the smallest grid c with max error <= eps, the sufficient temperature
+    and the error there (D-CON-6)."""
+    rows = []
+    for k in t.orders:
+        sub = scan[scan.order == k]
+        grid = sub[sub.grid]
+        for eps in t.errors:
+            bound = sufficient_temperature(k, t.length, eps)
+            at_bound = sub[~sub.grid & np.isclose(sub.c, bound, rtol=1e-12, atol=0.0)]
+            rows.append(
+                {
+                    "order": k,
+                    "error": eps,
+                    "margin": matching_margin(k),
+                    "c_needed": smallest_passing(grid.c.to_numpy(), grid.max_error.to_numpy(), eps),
+                    "c_sufficient": bound,
+                    "error_at_sufficient": float(at_bound.max_error.iloc[0]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _temperature_metrics(needed: pd.DataFrame, t: TemperatureSettings) -> Metrics:
+    metrics: Metrics = {}
+    steps = []
+    for eps, g in needed.groupby("error"):
+        g = g.sort_values("order")
+        for row in g.itertuples():
+            key = f"con6/eps{eps:g}/k{row.order}"
+            metrics[f"{key}/c_needed"] = float(row.c_needed)
+            metrics[f"{key}/c_sufficient"] = float(row.c_sufficient)
+        log_c = np.log10(g.c_needed.to_numpy())
+        steps.append(np.round(np.diff(log_c) * t.per_decade).min())
+    metrics["con6/min_grid_steps_between_orders"] = float(np.min(steps))
+    metrics["con6/max_error_at_sufficient_over_eps"] = float(
+        (needed.error_at_sufficient / needed.error).max()
+    )
     return metrics
 
 
@@ -211,11 +317,11 @@ def _ungated(s: ConstructionSettings) -> pd.DataFrame:
     for length in u.lengths:
         members = [Member(k, u.temperature, s.big) for k in u.orders]
         model = build("ungated", u.states, length, members)
-        data = [_tokens(u.states, k, length, u.sequences, s.seed) for k in u.orders]
+        data = [sample_tokens(u.states, k, length, u.sequences, s.seed) for k in u.orders]
         with torch.no_grad():
             out = model(torch.stack(data))
         for j, k in enumerate(u.orders):
-            err = _errors(out[j], data[j], k)
+            err = kgram_errors(out[j], data[j], k)
             rows.append(
                 {
                     "T": length,
@@ -239,9 +345,14 @@ def _ungated_metrics(frame: pd.DataFrame, u: UngatedSettings) -> Metrics:
 
 
 def _plot(
-    frame: pd.DataFrame, ungated: pd.DataFrame, s: ConstructionSettings, ctx: RunContext
+    frame: pd.DataFrame,
+    ungated: pd.DataFrame,
+    scan: pd.DataFrame,
+    needed: pd.DataFrame,
+    s: ConstructionSettings,
+    ctx: RunContext,
 ) -> None:
-    fig, axes = plotting.figure(1, 2)
+    fig, axes = plotting.figure(1, 3)
     f64 = frame[(frame.dtype == "float64") & (frame["T"] == max(s.lengths))]
     worst = f64.groupby(["construction", "order", "c"], as_index=False).max_error.max()
     for (kind, k), g in worst.groupby(["construction", "order"]):
@@ -263,6 +374,22 @@ def _plot(
         ylabel="error vs p_hat_k",
     )
     axes[1].legend(fontsize=7)
+    t = s.temperature
+    grid = scan[scan.grid]
+    for k, g in grid.groupby("order"):
+        axes[2].loglog(g.c, g.max_error.clip(lower=1e-17), "-", label=f"max error, k = {k}")
+    for eps, g in needed.groupby("error"):
+        axes[2].axhline(eps, color="gray", linestyle=":", linewidth=0.8)
+        axes[2].plot(g.c_needed, [eps] * len(g), "k^", markersize=5)
+        axes[2].plot(g.c_sufficient, [eps] * len(g), "kx", markersize=5)
+    axes[2].plot([], [], "k^", label="smallest grid c with error <= eps")
+    axes[2].plot([], [], "kx", label="ln((T-1)/eps) / delta_k")
+    axes[2].set(
+        title=f"(c) 2L1H: max error vs c by order k (S = {t.states}, T = {t.length})",
+        xlabel="temperature c",
+        ylabel="max error (floored at 1e-17)",
+    )
+    axes[2].legend(fontsize=6)
     plotting.finish(
         fig,
         f"Paper D, Sec. 3-4 / App. A-B constructions ({ctx.scale} scale, C = {s.big:g})",

@@ -79,6 +79,34 @@ def triadic_normaliser(order: int) -> float:
     return (3 ** (order + 1) - 3) / 2
 
 
+def matching_margin(order: int) -> float:
+    """delta_k = 1 - max_{a != b} cos(t(a), t(b)), t(a) = sum_{m<k} 3^m e_{a_m} over contexts a, b.
+
+    The gap of the induction head's score c <v-hat_i, u-hat_n> between a matching key
+    (cosine 1) and the closest non-matching one (paper D, Sec. 3-4 proof sketches: the score
+    "equals 1 when [the contexts match], and is strictly less than 1 otherwise"). Our
+    derivation: the closest pair is a constant context and the same context with its
+    lowest-weight token changed, t = W e_s vs (W - 1) e_s + e_s', W = (3^k - 1) / 2, so
+    cos = (W - 1) / sqrt((W - 1)^2 + 1) for every S >= 2 (tests: brute force over all
+    pairs for S <= 3, k <= 4). delta_1 = 1 and delta_k ~ 2 / 9^k: about 10x smaller per order.
+    """
+    w = (3**order - 1) / 2
+    return 1.0 - (w - 1) / math.hypot(w - 1, 1.0)
+
+
+def sufficient_temperature(order: int, length: int, error: float) -> float:
+    """c = ln((T - 1) / eps) / delta_k: the gated heads (2L2H, 2L1H, 3L1H) are within eps.
+
+    Our derivation from the layer-2 scores (spec D §3.1; paper D, Sec. 3 "as the temperature
+    ... tends to infinity"): at n >= k + 1 a matching key scores c, a non-matching key i >= k + 1
+    at most c (1 - delta_k) (`matching_margin`) and a key i <= k at most 0 (the gate,
+    c_g = c), so the non-matching attention mass is w <= (T - 1) e^{-c delta_k} and
+    Pr = (1 - w) p_hat_k + w q gives max_s |Pr - p_hat_k| <= w <= eps (layer-1 leakage
+    e^{-C} neglected).
+    """
+    return math.log((length - 1) / error) / matching_margin(order)
+
+
 def config(kind: Construction, states: int, length: int, scale: float = 1.0) -> GPTConfig:
     """The `GPTConfig` of construction ``kind`` for S states and sequences of ``length``.
 
