@@ -35,6 +35,7 @@ TINY_MISSING = {
     "C-G3-vs-random": "the tiny Thm. 4.2 grid (T in 16, 32) has no ratio cell: NaN",
     "C-G3-vs-mid": "the tiny Thm. 4.2 grid (T in 16, 32) has no ratio cell: NaN",
     "C-G4-trend-diagonal": "the diagonal takes T >= 64; the tiny grid has T = 16, 32",
+    "C-F30-near-stationary": "the claim reads T >= 128; the tiny Thm. 4.2 grid has T = 16, 32",
     "D-GD-4-level": "the tiny lengths (8, 16) drop T = 64, the length the claim reads",
     "D-GD-5-level": "the tiny lengths (8, 16) drop T = 64, the length the claim reads",
 }
