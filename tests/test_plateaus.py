@@ -134,3 +134,20 @@ def test_assign_level_overlapping_bands_take_the_nearest_baseline() -> None:
     assert assign_level(0.994, base) == 2
     with pytest.raises(ValueError):
         assign_level(1.0, [1.0, 1.1])
+
+
+@pytest.mark.parametrize("length", [6000, 12000, 24000])
+def test_a_flat_tail_keeps_the_plateaus_found_with_a_reference_length(length: int) -> None:
+    """Issue 19, item 4: with thresholds relative to the run's own length, a flat tail that
+    makes the run 4x or 8x longer removes both early plateaus of the staircase; with the
+    length fixed (reference_steps) and the descent measured to a given floor, the tail
+    changes neither threshold, so the same plateaus are found however long the run is."""
+    steps = np.arange(0, length + 1, 10, dtype=np.float64)
+    t, loss = zip(*STAIRCASE, strict=True)
+    noisy = np.interp(steps, t, loss) + np.random.default_rng(0).normal(0.0, 0.002, steps.shape)
+    fixed = detect_plateaus(steps, noisy, reference_steps=3000, floor=1.40)
+    assert [round(p.level, 2) for p in fixed] == [1.60, 1.50, 1.40]
+    assert [(p.t0, p.t1) for p in fixed[:2]] == [(170.0, 730.0), (1060.0, 1730.0)]
+    relative = detect_plateaus(steps, noisy)
+    if length >= 12000:
+        assert [round(p.level, 2) for p in relative] == [1.40]

@@ -17,7 +17,7 @@ from replicate.experiments.subngrams.stages import (
     stages,
 )
 
-SETTINGS = StageSettings(rho=0.05, threshold=0.4, dominance=2.0)
+SETTINGS = StageSettings(rho=0.05, threshold=0.4, dominance=2.0, reference_steps=4000)
 LEVELS = [1.58, 1.51, 1.26]  # b_1 > b_2 > b_3, as paper C's Fig. 6 setting
 
 
@@ -75,3 +75,19 @@ def test_heads_on_offsets_from_attention_maps() -> None:
     history = np.stack([masses_of(torch.stack([uniform, uniform])), masses])
     assert first_step_on(np.array([0.0, 10.0]), history, 1, SETTINGS) == 10.0
     assert first_step_on(np.array([0.0, 10.0]), history, 2, SETTINGS) == math.inf
+
+
+def test_reference_length_is_the_papers_run_length(params_dict: dict) -> None:
+    """Every paper C stage block, at both scales, measures plateaus against the paper's own
+    run length: its experiment's (or its upstream's) paper-scale training steps."""
+    experiments = {**params_dict["experiments"], **params_dict["derived_experiments"]}
+    checked = 0
+    for name, entry in experiments.items():
+        if entry["paper"] != "subngrams" or "stage" not in entry["settings"]["ci"]:
+            continue
+        trained = experiments[f"subngrams_{entry['upstream']}"] if "upstream" in entry else entry
+        steps = trained["settings"]["paper"]["training"]["steps"]
+        for scale in ("paper", "ci"):
+            assert entry["settings"][scale]["stage"]["reference_steps"] == steps, (name, scale)
+        checked += 1
+    assert checked == 6

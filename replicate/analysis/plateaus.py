@@ -64,41 +64,51 @@ def detect_plateaus(
     slope_span: float = 0.025,
     merge_abs: float = 0.003,
     merge_rel: float = 0.05,
+    reference_steps: float | None = None,
+    floor: float | None = None,
 ) -> list[Plateau]:
     """Plateaus of a loss curve evaluated at increasing ``steps`` (spec C §4.0, steps 1-4).
 
     1. L~ = centred running median of the loss over ``window`` evaluations.
-    2. Delta = L~_0 - min L~, r = Delta / t_max, h = max(1, round(slope_span t_max / E))
-       evaluations, E = median evaluation interval; t_max = steps[-1] - steps[0] (the last
-       step when evaluation starts at 0).
+    2. Delta = L~_0 - ``floor`` (min L~ when None), r = Delta / t_ref,
+       h = max(1, round(slope_span t_ref / E)) evaluations, E = median evaluation interval;
+       t_ref = ``reference_steps``, or the run's own length t_max = steps[-1] - steps[0]
+       when None.
     3. s_j = (L~_{j-h} - L~_{j+h}) / (t_{j+h} - t_{j-h}), indices clipped to the curve;
        point j is flat if s_j <= kappa r.
-    4. A plateau is a maximal run of flat points lasting >= rho t_max steps, level = the
+    4. A plateau is a maximal run of flat points lasting >= rho t_ref steps, level = the
        median of the raw loss over the run. Consecutive plateaus whose levels differ by
-       <= max(merge_abs, merge_rel Delta) and whose gap is <= rho t_max are merged (in this
+       <= max(merge_abs, merge_rel Delta) and whose gap is <= rho t_ref are merged (in this
        order: length filter, then merging; the merged level is the median over the merged
        interval).
+
+    With t_ref = t_max the thresholds scale with the run: a flat tail added to a curve
+    lowers the flatness threshold and lengthens the minimum plateau, and can remove every
+    early plateau (issue 19, item 4). A fixed ``reference_steps`` (the paper's run length)
+    gives thresholds in steps and nats per step that do not depend on where the run stops,
+    once Delta does not either: ``floor`` = the level the run descends to (paper C: the
+    n-gram loss b_n), not the lowest point this run reached.
     """
     t = np.asarray(steps, dtype=np.float64)
     loss = np.asarray(losses, dtype=np.float64)
     if t.ndim != 1 or t.shape != loss.shape or len(t) < 2 or (np.diff(t) <= 0).any():
         raise ValueError("steps and losses must be 1-D, of equal length >= 2, steps increasing")
     smooth = running_median(loss, window)
-    t_max = t[-1] - t[0]
-    delta = smooth[0] - smooth.min()
-    h = max(1, round(slope_span * t_max / float(np.median(np.diff(t)))))
+    t_ref = t[-1] - t[0] if reference_steps is None else float(reference_steps)
+    delta = smooth[0] - (smooth.min() if floor is None else floor)
+    h = max(1, round(slope_span * t_ref / float(np.median(np.diff(t)))))
     index = np.arange(len(t))
     before, after = np.clip(index - h, 0, len(t) - 1), np.clip(index + h, 0, len(t) - 1)
     slope = (smooth[before] - smooth[after]) / (t[after] - t[before])
-    flat = slope <= kappa * delta / t_max
-    runs = [(a, b) for a, b in _flat_runs(flat) if t[b] - t[a] >= rho * t_max]
+    flat = slope <= kappa * delta / t_ref
+    runs = [(a, b) for a, b in _flat_runs(flat) if t[b] - t[a] >= rho * t_ref]
     merged: list[tuple[int, int]] = []
     tolerance = max(merge_abs, merge_rel * delta)
     for a, b in runs:
         if merged:
             pa, pb = merged[-1]
             close = abs(np.median(loss[pa : pb + 1]) - np.median(loss[a : b + 1])) <= tolerance
-            if close and t[a] - t[pb] <= rho * t_max:
+            if close and t[a] - t[pb] <= rho * t_ref:
                 merged[-1] = (pa, b)
                 continue
         merged.append((a, b))

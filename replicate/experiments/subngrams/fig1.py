@@ -38,6 +38,9 @@ from replicate.experiments.subngrams.stages import (
 )
 from replicate.settings import Strict
 
+PLATEAU_COLUMNS = ("seed", "t0", "t1", "level", "order", "head_lags")
+"""plateaus.csv: one row per plateau found (none when no stretch lasts rho t_ref steps)."""
+
 
 class Fig1Settings(Strict):
     chain: ChainSettings
@@ -63,7 +66,7 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
         stage = stages(steps, losses[i], levels, s.stage)
         orders = [o for o in stage.orders if o is not None]
         inter = [o for o in stage.orders[:-1] if o is not None]
-        final = stage.orders[-1] if stage.plateaus else None
+        final = stage.final_order
         values = {
             "plateaus": float(len(stage.plateaus)),
             "intermediate": float(len(stage.intermediate)),
@@ -114,7 +117,7 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     }
     curves = curves_frame(s.seeds, steps, test_loss=losses, grad_norm=trained.grad_norm)
     ctx.save_csv(curves, "curves.csv")
-    ctx.save_csv(pd.DataFrame(rows), "plateaus.csv")
+    ctx.save_csv(pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS)), "plateaus.csv")
     ctx.save_csv(refs, "references.csv")
     title = (
         f"Paper C, Fig. 1 — {ctx.scale} scale: simplified model, S={s.chain.states}, "

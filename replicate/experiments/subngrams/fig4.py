@@ -122,7 +122,7 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
             on_mid = heads_on(mid, s.stage) if mid is not None else set()
             on_end = heads_on(masses[i, -1], s.stage)
             values = {
-                "a_bigram_then_trigram": float(bigram is not None and stage.orders[-1] == 3),
+                "a_bigram_then_trigram": float(bigram is not None and stage.final_order == 3),
                 "b_bigram_heads": float(1 in on_mid and not any(d >= 2 for d in on_mid)),
                 "c_final_heads_1_2": float({1, 2} <= on_end),
                 "bigram_level": bigram.level if bigram else math.nan,

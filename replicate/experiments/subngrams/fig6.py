@@ -57,7 +57,7 @@ def stagewise(stage: Stages, final_order: int) -> bool:
     return (
         bool(inter)
         and all(o is not None and o < final_order for o in inter)
-        and (stage.orders[-1] == final_order)
+        and stage.final_order == final_order
     )
 
 
@@ -109,7 +109,7 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
             "stagewise": float(stagewise(stage, s.chain.order)),
             "plateaus": float(len(stage.plateaus)),
             "final_loss": float(losses[i, -1]),
-            "final_order": float(stage.orders[-1] or 0),
+            "final_order": float(stage.final_order or 0),
             "plateau_level": longest.level if longest else math.nan,
             "plateau_heads_bigram": (
                 float(heads_on(masses[i, midpoint_index(steps, longest)], s.stage) == {1})

@@ -70,7 +70,7 @@ def fig7(s: Fig7Settings, ctx: RunContext) -> Metrics:
             "intermediate_plateaus": float(len(inter)),
             # exactly one intermediate plateau, at the unigram level, and the model left it
             "one_unigram_plateau": float(
-                len(inter) == 1 and stage.orders[0] == 1 and (stage.orders[-1] or 0) >= 2
+                len(inter) == 1 and stage.orders[0] == 1 and (stage.final_order or 0) >= 2
             ),
             "plateau_minus_b1": float(inter[0].level - levels[0]) if inter else math.nan,
             "grad_ratio": gradient_ratio(steps, grads[i], stage, smooth=True)[0],

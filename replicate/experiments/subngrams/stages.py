@@ -19,19 +19,26 @@ from replicate.analysis import (
     offset_masses,
     running_median,
 )
-from replicate.settings import Strict
+from replicate.settings import PositiveInt, Strict
 
 OFFSETS = (0, 1, 2, 3)  # delta of m_h(delta) (spec C §4.0)
 FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (spec C §4.0)
 
 
 class StageSettings(Strict):
-    """Detector and head thresholds (spec C §4.0): plateaus of >= rho t_max steps; a head is
-    on offset delta when m_h(delta) >= threshold and >= dominance x every other offset."""
+    """Detector and head thresholds (spec C §4.0): plateaus of >= rho t_ref steps, flat where
+    the loss falls by <= kappa (L_0 - b_n) / t_ref per step; a head is on offset delta when
+    m_h(delta) >= threshold and >= dominance x every other offset.
+
+    t_ref = ``reference_steps``, the paper's run length for this figure at both scales, so
+    a plateau is the same number of steps and the same slope whether the run stops at the
+    paper's step or earlier (issue 19, item 4); L_0 the run's smoothed first loss, b_n the
+    n-gram loss on the test set."""
 
     rho: float
     threshold: float
     dominance: float
+    reference_steps: PositiveInt
 
 
 def masses_of(attention: torch.Tensor) -> np.ndarray:
@@ -47,16 +54,22 @@ def heads_on(masses: np.ndarray, s: StageSettings) -> set[int]:
 
 @dataclass(frozen=True)
 class Stages:
-    """One member's plateaus and their assigned k-gram orders (None: no band matches)."""
+    """One member's plateaus and their assigned k-gram orders (None: no band matches);
+    ``t_ref`` the length (steps) the detector's thresholds and the windows below scale with."""
 
     plateaus: list[Plateau]
     orders: list[int | None]
-    t_max: float
+    t_ref: float
 
     @property
     def intermediate(self) -> list[Plateau]:
-        """Every plateau but the last (the last usually ends at t_max: convergence)."""
+        """Every plateau but the last (the last usually ends at the run's end: convergence)."""
         return self.plateaus[:-1]
+
+    @property
+    def final_order(self) -> int | None:
+        """The order of the last plateau (None: no plateau, or no band matches its level)."""
+        return self.orders[-1] if self.orders else None
 
     def longest_intermediate(self) -> Plateau | None:
         return max(self.intermediate, key=lambda p: p.t1 - p.t0, default=None)
@@ -74,10 +87,12 @@ def stages(
     """Plateaus of one test-loss curve and their k-gram orders (spec C §4.0); no plateau is
     assigned when the k-gram losses are not strictly decreasing (a test set too small to
     order them)."""
-    plateaus = detect_plateaus(steps, loss, rho=s.rho)
+    plateaus = detect_plateaus(
+        steps, loss, rho=s.rho, reference_steps=s.reference_steps, floor=float(baselines[-1])
+    )
     ordered = all(a > b for a, b in itertools.pairwise(baselines))
     orders = [assign_level(p.level, baselines) if ordered else None for p in plateaus]
-    return Stages(plateaus, orders, float(steps[-1] - steps[0]))
+    return Stages(plateaus, orders, float(s.reference_steps))
 
 
 def index_at(steps: np.ndarray, step: float) -> int:
@@ -103,11 +118,11 @@ def gradient_ratio(
     """(max over intermediate plateaus of g_med / g_max, step of the overall maximum).
 
     g_med: median norm on a plateau; g_max: maximum (of the running median when
-    ``smooth``) over [t1 - 0.02 t_max, t0_next + 0.02 t_max] of the transition that follows
+    ``smooth``) over [t1 - 0.02 t_ref, t0_next + 0.02 t_ref] of the transition that follows
     (spec C §4.6, F6b-F6d). NaN ratio when no plateau is followed by a transition.
     """
     curve = running_median(norms) if smooth else np.asarray(norms)
-    margin = 0.02 * stage.t_max
+    margin = 0.02 * stage.t_ref
     ratios = []
     for p, q in itertools.pairwise(stage.plateaus):
         on = (steps >= p.t0) & (steps <= p.t1)
@@ -126,7 +141,7 @@ def spike_factor(steps: np.ndarray, norms: np.ndarray, stage: Stages) -> float:
     when no plateau is followed by a transition.
     """
     curve = running_median(norms)
-    margin = 0.02 * stage.t_max
+    margin = 0.02 * stage.t_ref
     factors = []
     for p, q in itertools.pairwise(stage.plateaus):
         transition = (steps >= p.t1 - margin) & (steps <= q.t0 + margin)
@@ -149,10 +164,10 @@ def max_rise(loss: np.ndarray) -> float:
 
 
 def peak_distance(peak: float, stage: Stages) -> float:
-    """Distance (fraction of t_max) from ``peak`` to the nearest transition [t1, t0_next]
+    """Distance (fraction of t_ref) from ``peak`` to the nearest transition [t1, t0_next]
     (0 inside one; inf without transitions), F6d."""
     gaps = [
-        max(0.0, p.t1 - peak, peak - q.t0) / stage.t_max
+        max(0.0, p.t1 - peak, peak - q.t0) / stage.t_ref
         for p, q in itertools.pairwise(stage.plateaus)
     ]
     return min(gaps, default=math.inf)
