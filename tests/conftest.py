@@ -5,13 +5,18 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from filelock import FileLock
 
 from replicate.config import read_params_file, read_yaml_file
 from replicate.params import PAPERS
@@ -196,3 +201,73 @@ def scratch_workflow(root: Path, kept: Collection[str]) -> None:
     for section in ("experiments", "derived_experiments"):
         data[section] = {k: v for k, v in data[section].items() if k in kept}
     params_with_claims(root, data, repository_claims(lambda c: c["experiment"] in kept), True)
+
+
+def session_folder(
+    factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]
+) -> Path:
+    """A folder ``name`` that ``build`` fills once per test session, shared by the xdist
+    workers (pytest-xdist's documented pattern: the session's temporary folder, whose
+    subfolders are the workers', and a file lock); the first worker to ask builds it, the
+    others wait and reuse it. Readers must not change it: a test that does copies it."""
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder, done = base / name, base / f"{name}.built"
+    with FileLock(base / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
+def _run_every_experiment(root: Path) -> None:
+    from replicate.config import load_params
+    from replicate.experiments.runner import run_experiment
+
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(shrink(read_yaml_file(PARAMS_FILE))))
+    params = load_params(path, scale="ci")
+    metrics = {
+        name: run_experiment(name, params, root, progress=False) for name in params.experiments
+    }
+    (root / "metrics.pickle").write_bytes(pickle.dumps(metrics))
+
+
+def tiny_run_of_every_experiment(factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """Every experiment of params.yaml, shrunk, run once per session through the runner in
+    one folder (in the order of `Params.experiments`: a derived one after its upstream), and the
+    metrics each run returned. The folder is shared: read it, never write to it."""
+    root = session_folder(factory, "tiny_run", _run_every_experiment)
+    return root, pickle.loads((root / "metrics.pickle").read_bytes())
+
+
+TRAINING_FREE = ("attn_markov_table1", "local_global_table1")
+"""Two experiments of two papers that train nothing (seconds each): the scratch project of the
+tests that run Snakemake on an already built project."""
+
+
+def _build_training_free(root: Path) -> None:
+    scratch_workflow(root, TRAINING_FREE)
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        [str(bin_dir / "snakemake"), "claims"], cwd=root, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def built_training_free_workflow(factory: pytest.TempPathFactory, destination: Path) -> Path:
+    """A copy, in ``destination``, of a scratch project of TRAINING_FREE (tiny settings, their
+    claims recorded) that `snakemake claims` built once per session; the copy keeps the
+    files' modification times and Snakemake's records (.snakemake/), so Snakemake finds every
+    output current."""
+    folder = session_folder(factory, "training_free", _build_training_free)
+    shutil.copytree(folder, destination, dirs_exist_ok=True)
+    return destination

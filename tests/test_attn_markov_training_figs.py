@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from replicate import analysis, claims, plotting
 from replicate.analysis import RunClass
@@ -16,11 +15,10 @@ from replicate.claim_files import load_claims
 from replicate.config import load_params
 from replicate.experiments.attn_markov import fig1, fig4, fig5
 from replicate.experiments.attn_markov.common import BinaryRun, StateRun
-from replicate.experiments.runner import run_experiment
 from replicate.markov import symmetric_kernel
 from replicate.settings import BinaryChainSettings
 
-from .conftest import PARAMS_FILE, shrink
+from .conftest import PARAMS_FILE, tiny_run_of_every_experiment
 
 MINE = ("attn_markov_fig1", "attn_markov_fig4", "attn_markov_fig5")
 
@@ -242,12 +240,10 @@ def test_fig5_metrics_groups_and_stay_probabilities() -> None:
 # ----------------------------------------------------------------------------- tiny real runs
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("figs")
-    path = root / "params.yaml"
-    path.write_text(yaml.safe_dump(shrink(yaml.safe_load(PARAMS_FILE.read_text()))))
-    params = load_params(path, scale="ci")
-    names = ("attn_markov_fig3", *MINE)  # Fig. 1 reads Fig. 3's theory depth-1 runs
-    return root, {name: run_experiment(name, params, root, progress=False) for name in names}
+    """Figs. 1, 4, 5 and Fig. 3 (Fig. 1 reads its theory depth-1 runs) of the session's tiny
+    run of every experiment (conftest)."""
+    root, metrics = tiny_run_of_every_experiment(tmp_path_factory)
+    return root, {name: metrics[name] for name in ("attn_markov_fig3", *MINE)}
 
 
 def test_tiny_runs_write_their_tables(tiny) -> None:

@@ -14,6 +14,8 @@ from replicate.claim_files import load_claims
 from replicate.config import load_params
 from replicate.experiments.runner import run_experiment
 
+from .conftest import tiny_run_of_every_experiment
+
 pytestmark = pytest.mark.workflow(seconds=70)
 
 TRAINS_30 = "the tiny run trains 30 iterations; the claim reads the loss at iteration "
@@ -55,18 +57,7 @@ EMPTY_TABLES = {
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    import yaml
-
-    from .conftest import PARAMS_FILE, shrink
-
-    root = tmp_path_factory.mktemp("run")
-    path = root / "params.yaml"
-    path.write_text(yaml.safe_dump(shrink(yaml.safe_load(PARAMS_FILE.read_text()))))
-    params = load_params(path, scale="ci")
-    metrics = {
-        name: run_experiment(name, params, root, progress=False) for name in params.experiments
-    }
-    return root, metrics
+    return tiny_run_of_every_experiment(tmp_path_factory)
 
 
 def test_outputs_written(tiny_run) -> None:

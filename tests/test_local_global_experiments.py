@@ -14,20 +14,18 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 
 from lightning_modules import ChainMember, EnsembleGPT, GPTConfig, OptimConfig
 from lightning_modules.canonical import EnsembleCanonical
 from replicate.config import load_params
 from replicate.experiments.local_global import canonical_sgd, fig2, fig4, fig5, flows, lowrank
 from replicate.experiments.local_global import transformer as tf
-from replicate.experiments.runner import run_experiment
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.settings import BinaryChainSettings
 from replicate.theory import local_global as lg
 from replicate.training import TrainingPlan, gpt_ensemble, train_ensemble
 
-from .conftest import PARAMS_FILE, shrink
+from .conftest import PARAMS_FILE, tiny_run_of_every_experiment
 
 ABOVE = BinaryChainSettings(p=0.5, q=0.8)
 BELOW = BinaryChainSettings(p=0.2, q=0.3)
@@ -286,12 +284,11 @@ def test_canonical_model_logits_and_sgd_path() -> None:
 # ----------------------------------------------------------------------------- tiny runs
 @pytest.fixture(scope="module")
 def tiny_paper_b(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("paper_b")
-    path = root / "params.yaml"
-    path.write_text(yaml.safe_dump(shrink(yaml.safe_load(PARAMS_FILE.read_text()))))
-    params = load_params(path, scale="ci")
+    """Paper B's experiments of the session's tiny run of every experiment (conftest)."""
+    root, metrics = tiny_run_of_every_experiment(tmp_path_factory)
+    params = load_params(root / "params.yaml", scale="ci")
     names = [n for n, e in params.experiments.items() if e.paper == "local_global"]
-    return root, {n: run_experiment(n, params, root, progress=False) for n in names}
+    return root, {n: metrics[n] for n in names}
 
 
 def test_every_paper_b_rule_runs_at_tiny_size(tiny_paper_b: tuple[Path, dict]) -> None:

@@ -3,7 +3,8 @@ when the suite reruns under a numerically neutral perturbation.
 
 `compare` is tested on records with a flipped verdict (the check can fail); the whole
 command runs once in a scratch git project of two experiments that train nothing (paper A's
-Table 1 and theorems), where a rerun with two torch threads must change nothing."""
+and paper B's Table 1, conftest's `built_training_free_workflow`), where a rerun with two
+torch threads must change nothing."""
 
 from __future__ import annotations
 
@@ -22,11 +23,10 @@ from replicate.params import ConfigError
 from replicate.stability import STABILITY_FILE, compare, stability
 from replicate.verdicts import ClaimRecord
 
-from .conftest import scratch_workflow
+from .conftest import built_training_free_workflow
 
 pytestmark = pytest.mark.workflow(seconds=55)
 
-KEPT = ("attn_markov_table1", "attn_markov_theorems")
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 
@@ -93,20 +93,11 @@ def _git(root: Path, *args: str) -> None:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A committed scratch project whose claims are built (results and logs untracked)."""
-    root = tmp_path_factory.mktemp("stability")
-    scratch_workflow(root, KEPT)
+    root = built_training_free_workflow(tmp_path_factory, tmp_path_factory.mktemp("stability"))
     (root / ".gitignore").write_text("results/\nlogs/\n.snakemake/\n__pycache__/\n")
     _git(root, "init", "--quiet")
     _git(root, "add", "-A")
     _git(root, "commit", "--quiet", "-m", "scratch")
-    done = subprocess.run(
-        [str(SNAKEMAKE), "--cores", "1", "claims_evaluation"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root
 
 

@@ -3,8 +3,9 @@ is remade by the claims targets; the advice a corrupt output's claims give works
 params.yaml's duplicate keys and syntax errors are named with their lines, a bad --config
 value is blamed on --config; a full disk is one line naming the file.
 
-The project holds two experiments that train nothing (paper A's Table 1 and theorems), built
-once by `snakemake claims`; each test leaves it as it found it.
+The project holds two experiments that train nothing (paper A's and paper B's Table 1), built
+once per session by `snakemake claims` (conftest's `built_training_free_workflow`; this
+file's copy of it); each test leaves it as it found it.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from replicate.config import load_params, read_params_file
 from replicate.params import ConfigError
 from replicate.provenance import recorded_inputs
 
-from .conftest import PARAMS_FILE, scratch_workflow
+from .conftest import PARAMS_FILE, TRAINING_FREE, built_training_free_workflow
 
 BIN = Path(sys.executable).parent
-KEPT = ("attn_markov_table1", "attn_markov_theorems")
+KEPT = TRAINING_FREE
 TABLE1 = Path("results/attn_markov/table1")
 
 pytestmark = [
@@ -63,11 +64,9 @@ def planned(root: Path, target: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("workflow_faults")
-    scratch_workflow(root, KEPT)
-    res = snakemake(root, "claims")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return root
+    return built_training_free_workflow(
+        tmp_path_factory, tmp_path_factory.mktemp("workflow_faults")
+    )
 
 
 @pytest.fixture
