@@ -16,7 +16,7 @@ from replicate.experiments.runner import run_experiment
 
 from .conftest import tiny_run_of_every_experiment
 
-pytestmark = pytest.mark.workflow(seconds=70)
+pytestmark = pytest.mark.workflow(seconds=100)
 
 TRAINS_30 = "the tiny run trains 30 iterations; the claim reads the loss at iteration "
 NO_PLATEAU = (

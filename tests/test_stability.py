@@ -25,7 +25,7 @@ from replicate.verdicts import ClaimRecord
 
 from .conftest import built_training_free_workflow
 
-pytestmark = pytest.mark.workflow(seconds=55)
+pytestmark = pytest.mark.workflow(seconds=70)
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
