@@ -21,11 +21,11 @@ import yaml
 
 from .conftest import PARAMS_FILE, params_with_claims, repository_claims
 
-pytestmark = pytest.mark.workflow(seconds=45)
+pytestmark = pytest.mark.workflow(seconds=30)
 
 EXPERIMENT = "attn_markov_fig3"
 CHECKPOINT_EVERY = 20
-TRAINING = {"steps": 600, "batch_size": 4, "seq_len": 32, "eval_every": 10, "test_sequences": 8}
+TRAINING = {"steps": 200, "batch_size": 4, "seq_len": 32, "eval_every": 10, "test_sequences": 8}
 
 
 def _workspace(root: Path, checkpoint_every: int) -> Path:
