@@ -196,7 +196,7 @@ def scratch_workflow(root: Path, kept: Collection[str]) -> None:
     for name in ("Snakefile", ".dvcignore"):
         shutil.copy(REPO / name, root / name)
     for folder in ("replicate", "lightning_modules", "profiles", "report"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / folder, root / folder)
     data = shrink(read_params_file(PARAMS_FILE))
     for section in ("experiments", "derived_experiments"):
         data[section] = {k: v for k, v in data[section].items() if k in kept}

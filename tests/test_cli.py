@@ -47,7 +47,7 @@ def workflow(tmp_path: Path) -> Path:
     for name in ("Snakefile", "params.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
     for pkg in ("replicate", "lightning_modules", "claims"):
-        shutil.copytree(REPO / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / pkg, tmp_path / pkg)
     return tmp_path
 
 

@@ -34,7 +34,7 @@ def _workspace(root: Path, experiments: tuple[str, ...] | None) -> Path:
     for name in ("Snakefile",):
         shutil.copy(REPO / name, root / name)
     for folder in ("profiles", "report", "replicate", "lightning_modules"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / folder, root / folder)
     data = yaml.safe_load(PARAMS_FILE.read_text())
     if experiments is not None:
         data["experiments"] = {k: v for k, v in data["experiments"].items() if k in experiments}
