@@ -33,6 +33,7 @@ TINY_MISSING = {
     "C-F1b-first-plateau": NO_PLATEAU,
     "C-F3b-bigram-heads": NO_PLATEAU,
     "C-F3b-both-heads": NO_PLATEAU,
+    "C-F3b-bigram-estimator": NO_PLATEAU,
     "C-F3c-plateau-level": NO_PLATEAU,
     "C-F5b-margin": NO_PLATEAU,
     "C-F6b-minibatch-gradient": NO_PLATEAU,

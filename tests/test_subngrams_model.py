@@ -7,6 +7,11 @@ import torch
 
 from lightning_modules import LastTokenLawCE, SequenceBatch
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
+from replicate.experiments.subngrams.common import (
+    ChainSettings,
+    estimator_distances,
+    estimator_laws,
+)
 
 
 def _by_hand(model: EnsembleDisentangled, member: int, x: list[int]) -> np.ndarray:
@@ -75,3 +80,32 @@ def test_initialisation_follows_the_authors_code() -> None:
     d = model.width
     assert abs(model.Q.detach().var().item() * d - 1.0) < 0.2  # N(0, 1/D)
     assert abs(model.V1.detach().var().item() * 5 - 1.0) < 0.3  # N(0, 1/S)
+
+
+def test_estimator_distances_name_the_estimator_a_model_copies() -> None:
+    """Issue 19 item 5: the unigram law is the add-alpha frequency of all T tokens (by hand);
+    a model that returns an estimator's law is at distance 0 from it and nearest to it; the
+    KL and total variation of one sequence match their definitions."""
+    chain = ChainSettings(states=3, order=3, alpha=0.5)
+    tokens, _ = chain.source.sample(64, 16, torch.Generator().manual_seed(0))
+    laws = estimator_laws(tokens, chain)
+    assert laws.shape == (3, 64, 3)
+    counts = np.stack([np.bincount(row, minlength=3) for row in tokens.numpy()])
+    np.testing.assert_allclose(laws[0].numpy(), (counts + 0.5) / (16 + 1.5), rtol=1e-12)
+    np.testing.assert_allclose(laws.sum(-1).numpy(), 1.0, rtol=1e-12)
+
+    copies = torch.stack([laws[1], laws[0], laws[2]])  # bigram, unigram, trigram
+    distances = estimator_distances(copies, laws)
+    assert distances.shape == (3, 3, 2)
+    assert distances[:, :, 0].argmin(1).tolist() == [1, 0, 2]
+    assert distances[:, :, 1].argmin(1).tolist() == [1, 0, 2]
+    for member, k in enumerate([1, 0, 2]):
+        assert distances[member, k].abs().max() < 1e-15
+
+    p = torch.tensor(
+        [[[0.5, 0.5, 0.0]]], dtype=torch.float64
+    )  # one member, one sequence; a token of zero mass
+    f = torch.tensor([[[0.2, 0.3, 0.5]]], dtype=torch.float64)  # one estimator
+    kl, tv = estimator_distances(p, f)[0, 0].tolist()
+    assert abs(kl - (0.5 * np.log(0.5 / 0.2) + 0.5 * np.log(0.5 / 0.3))) < 1e-12
+    assert abs(tv - 0.5) < 1e-12

@@ -114,6 +114,51 @@ def history_losses(batch: SequenceBatch, chain: ChainSettings, eps: float) -> pd
     return pd.DataFrame(rows)
 
 
+def estimator_laws(tokens: torch.Tensor, chain: ChainSettings) -> torch.Tensor:
+    """(n, B, S) next-token laws of the add-alpha k-gram estimators, k = 1..n, at the last
+    position of ``tokens`` (B, T): the estimators of `history_losses` (paper C, Def. 2.1)."""
+    return torch.stack(
+        [
+            kgram_estimate(
+                tokens,
+                paper_c_kgram_lags(k),
+                chain.states,
+                alpha=chain.alpha,
+                min_key=chain.order - 1 if k > 1 else 0,
+                last_position=True,
+            )
+            for k in range(1, chain.order + 1)
+        ]
+    )
+
+
+def estimator_distances(model_laws: torch.Tensor, laws: torch.Tensor) -> torch.Tensor:
+    """(E, n, 2): per member and k, the mean over sequences of KL(p || f_k) and of the total
+    variation 1/2 sum_s |p_s - f_k,s| between the model's law p (E, B, S) and the k-gram
+    estimator's f_k (``laws`` (n, B, S)). KL in this direction is finite: the simplified
+    model gives tokens absent from the context zero mass (0 log 0 = 0), the add-alpha
+    estimators never do. Paper C, Sec. 5 ('the model behaves like a bigram estimator')."""
+    p = model_laws.double()[:, None]
+    f = laws.double()[None]
+    kl = (torch.special.xlogy(p, p) - p * f.log()).sum(-1).mean(-1)
+    tv = 0.5 * (p - f).abs().sum(-1).mean(-1)
+    return torch.stack([kl, tv], dim=-1)
+
+
+def estimator_distance_probe(probe: SequenceBatch, chain: ChainSettings) -> Probe:
+    """Probe: `estimator_distances` (E, n, 2) of the model's last-position law on the
+    ``probe`` sequences (1, B, T) at every evaluation."""
+    tokens = probe.tokens[0]
+    laws = estimator_laws(tokens, chain)
+
+    def distances(model: nn.Module) -> np.ndarray:
+        device = next(model.parameters()).device
+        inputs = tokens.to(device).expand(model.ensemble, -1, -1)
+        return estimator_distances(model(inputs).cpu(), laws).numpy()
+
+    return distances
+
+
 def history_label(lags: tuple[int, ...]) -> str:
     return "lags_" + ("none" if not lags else "_".join(str(h) for h in lags))
 

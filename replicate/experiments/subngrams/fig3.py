@@ -23,6 +23,8 @@ from replicate.experiments.subngrams.common import (
     OptimSettings,
     TrainingSettings,
     curves_frame,
+    estimator_distance_probe,
+    fixed_set,
     history_losses,
     kgram_levels,
     kgram_lines,
@@ -39,7 +41,7 @@ from replicate.experiments.subngrams.stages import (
     midpoint_index,
     stages,
 )
-from replicate.settings import Strict
+from replicate.settings import PositiveInt, Strict
 
 
 class Fig3Settings(Strict):
@@ -51,6 +53,7 @@ class Fig3Settings(Strict):
     eps: Annotated[float, Field(gt=0.0)]
     marked_steps: list[int] = Field(min_length=1)  # the paper's t = 115, 5000, 16000
     stage: StageSettings
+    probe_sequences: PositiveInt  # fixed sequences the k-gram-estimator distances average over
 
 
 def _attention(model: torch.nn.Module) -> np.ndarray:
@@ -63,11 +66,13 @@ def seed_metrics(
     loss: np.ndarray,
     masses: np.ndarray,
     pop_grad: np.ndarray,
+    distances: np.ndarray,
     levels: np.ndarray,
     s: StageSettings,
 ) -> Metrics:
-    """F3a-F3e for one seed; masses (n, H, len(OFFSETS)). The plateau of F3b-F3c is the
-    longest one below the n-gram level (the run may end on it: the switch is slow)."""
+    """F3a-F3e for one seed; masses (n, H, len(OFFSETS)), distances (n, orders, 2) from
+    `estimator_distances`. The plateau of F3b-F3c is the longest one below the n-gram level
+    (the run may end on it: the switch is slow)."""
     stage = stages(steps, loss, levels, s)
     longest = stage.longest_below(len(levels))
     one, two = OFFSETS.index(1), OFFSETS.index(2)
@@ -80,9 +85,18 @@ def seed_metrics(
     final_on = heads_on(masses[-1], s)
     out["final_switch"] = float({1, 2} <= final_on)
     if longest is None:
-        return out | {"plateau_level": math.nan, "plateau_bigram_only": math.nan}
-    mid = masses[midpoint_index(steps, longest)]
+        return out | {
+            "plateau_level": math.nan,
+            "plateau_bigram_only": math.nan,
+            "plateau_nearest_bigram": math.nan,
+            "plateau_nearest_bigram_tv": math.nan,
+        }
+    middle = midpoint_index(steps, longest)
+    mid = masses[middle]
     on = heads_on(mid, s)
+    kl, tv = distances[middle, :, 0], distances[middle, :, 1]
+    out |= {f"plateau_kl_k{k + 1}": float(v) for k, v in enumerate(kl)}
+    out |= {f"plateau_tv_k{k + 1}": float(v) for k, v in enumerate(tv)}
     out |= {
         "plateau_level": longest.level,
         "plateau_t0": longest.t0,
@@ -92,15 +106,21 @@ def seed_metrics(
         "plateau_both_heads_m1": float((mid[:, one] >= s.threshold).all()),
         "plateau_margin_1_over_2": float(mid[:, one].max() - mid[:, two].max()),
         "final_drop": float(longest.level - loss[-1]),
+        # the k-gram estimator nearest the model's law (k = 2: the bigram estimator)
+        "plateau_nearest_order": float(kl.argmin() + 1),
+        "plateau_nearest_bigram": float(kl.argmin() == 1),
+        "plateau_nearest_bigram_tv": float(tv.argmin() == 1),
     }
     return out
 
 
 def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
     """Fig. 3: stage-wise loss and first-layer heads of the simplified model (F3a-F3e)."""
-    trained = train_simplified(
-        s.chain, s.hidden, s.seeds, s.training, s.optim, s.eps, {"attention": _attention}, ctx
+    probe_set = fixed_set(
+        s.chain.at(s.training.seq_len), s.probe_sequences, s.training.test_seed, "test"
     )
+    probes = {"attention": _attention, "distances": estimator_distance_probe(probe_set, s.chain)}
+    trained = train_simplified(s.chain, s.hidden, s.seeds, s.training, s.optim, s.eps, probes, ctx)
     steps, losses = trained.eval_steps, trained.test_loss
     attention = trained.probes["attention"]  # (E, n, H, T, T)
     masses = masses_of(torch.tensor(attention))  # (E, n, H, len(OFFSETS))
@@ -111,8 +131,11 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
         if s.training.gradset_sequences
         else np.full_like(losses, np.nan)
     )
+    distances = trained.probes["distances"]  # (E, n, orders, 2)
     per_seed = {
-        seed: seed_metrics(s.marked_steps[0], steps, losses[i], masses[i], pop[i], levels, s.stage)
+        seed: seed_metrics(
+            s.marked_steps[0], steps, losses[i], masses[i], pop[i], distances[i], levels, s.stage
+        )
         for i, seed in enumerate(s.seeds)
     }
     ctx.save_torch(
@@ -146,6 +169,12 @@ def _summary(per_seed: dict[int, Metrics], levels: np.ndarray, s: Fig3Settings) 
         "F3a/max_mass_at_first_mark": float(col("first_mark_max_mass").max()),
         "F3b/frac_seeds_bigram_heads_at_plateau": float(np.nanmean(col("plateau_bigram_only"))),
         "F3b/frac_seeds_both_heads_m1_at_plateau": float(np.nanmean(col("plateau_both_heads_m1"))),
+        "F3b/frac_seeds_nearest_bigram_at_plateau": float(
+            np.nanmean(col("plateau_nearest_bigram"))
+        ),
+        "F3b/frac_seeds_nearest_bigram_at_plateau_tv": float(
+            np.nanmean(col("plateau_nearest_bigram_tv"))
+        ),
         "F3c/median_plateau_level": float(np.nanmedian(col("plateau_level"))),
         "F3d/frac_seeds_switched": float(switched.mean()),
         "F3d/min_drop_switched": float(col("final_drop")[switched].min())
