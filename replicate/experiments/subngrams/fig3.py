@@ -148,7 +148,8 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
         },
         "histories.pt",
     )
-    curves = curves_frame(s.seeds, steps, test_loss=losses)
+    kl = {f"kl_{k + 1}-gram": distances[:, :, k, 0] for k in range(distances.shape[2])}
+    curves = curves_frame(s.seeds, steps, test_loss=losses, **kl)
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(refs, "references.csv")
     metrics = _summary(per_seed, levels, s)
@@ -196,7 +197,8 @@ def _plot(
 ) -> None:
     heads = attention.shape[2]
     marks = [index_at(steps, t) for t in s.marked_steps]
-    fig, axes = plotting.figure(1 + heads, len(marks), width=3.6, height=3.2)
+    cols = max(2, len(marks))  # row 0: the loss and the estimator distances
+    fig, axes = plotting.figure(1 + heads, cols, width=3.6, height=3.2)
     ax = axes[0]
     plotting.per_seed_lines(ax, curves, x="step", y="test_loss", hue="seed")
     kgram_lines(ax, levels)
@@ -204,11 +206,30 @@ def _plot(
         ax.axvline(steps[j], color="0.6", linewidth=0.8)
     ax.set(xlabel="training iteration", ylabel="test loss (nats)", title="(a) test loss")
     ax.legend(fontsize=6)
-    for ax in axes[1 : len(marks)]:
+    unused = [
+        *axes[2:cols],
+        *(axes[(1 + h) * cols + c] for h in range(heads) for c in range(len(marks), cols)),
+    ]
+    for ax in unused:
         ax.axis("off")
+    distances = curves.melt(
+        id_vars=["seed", "step"],
+        value_vars=[c for c in curves.columns if c.startswith("kl_")],
+        var_name="estimator",
+        value_name="kl",
+    )
+    distances["estimator"] = distances["estimator"].str.removeprefix("kl_")
+    ax = axes[1]
+    plotting.per_seed_lines(ax, distances, x="step", y="kl", hue="estimator")
+    ax.set(
+        xlabel="training iteration",
+        ylabel="mean KL(model ‖ estimator) (nats)",
+        title=f"(c) KL to the add-α k-gram estimators ({s.probe_sequences} seqs)",
+    )
+    ax.legend(fontsize=6)
     for h in range(heads):
         for col, j in enumerate(marks):
-            ax = axes[(1 + h) * len(marks) + col]
+            ax = axes[(1 + h) * cols + col]
             ax.imshow(attention[0, j, h], cmap="viridis", vmin=0, vmax=1)
             ax.set(
                 title=f"(b) head {h + 1}, t = {int(steps[j])}",
