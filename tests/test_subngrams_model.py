@@ -102,10 +102,9 @@ def test_estimator_distances_name_the_estimator_a_model_copies() -> None:
     for member, k in enumerate([1, 0, 2]):
         assert distances[member, k].abs().max() < 1e-15
 
-    p = torch.tensor(
-        [[[0.5, 0.5, 0.0]]], dtype=torch.float64
-    )  # one member, one sequence; a token of zero mass
-    f = torch.tensor([[[0.2, 0.3, 0.5]]], dtype=torch.float64)  # one estimator
+    # one member, one sequence, one estimator; the model gives the third token no mass
+    p = torch.tensor([[[0.5, 0.5, 0.0]]], dtype=torch.float64)
+    f = torch.tensor([[[0.2, 0.3, 0.5]]], dtype=torch.float64)
     kl, tv = estimator_distances(p, f)[0, 0].tolist()
     assert abs(kl - (0.5 * np.log(0.5 / 0.2) + 0.5 * np.log(0.5 / 0.3))) < 1e-12
     assert abs(tv - 0.5) < 1e-12
