@@ -97,25 +97,40 @@ class EnsembleDisentangled(nn.Module):
         mask = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu(1)
         return torch.softmax(logits.masked_fill(mask, float("-inf")), dim=-1)
 
-    def residual(self, tokens: torch.Tensor) -> torch.Tensor:
-        """r1 (E, B, N, D) = concat(r0, head_1, ..., head_H) for tokens (E, B, N)."""
-        n = tokens.shape[-1]
+    def second_layer_attention(self, tokens: torch.Tensor) -> torch.Tensor:
+        """a2 (E, B, N): softmax over keys i of r1[N-1]^T Q Kt r1[i] (no 1/sqrt(d) scaling).
+
+        Only the last query is read, so r1 is never formed at every position. With
+        w = r1[N-1]^T Q Kt split into S-blocks (w_0, w_1, ..., w_H) like r1, and
+        head_h[i] = sum_{j<=i} alpha^(h)[i, j] V1^(h)[x_j] (paper C, Def. 2.2):
+
+            w^T r1[i] = w_0[x_i] + sum_h sum_{j<=i} alpha^(h)[i, j] u_h[x_j],  u_h = V1^(h) w_h,
+
+        B H N^2 multiply-adds instead of the B H N^2 S of mixing every one-hot, and no
+        (E, B, H, N, S) intermediate. Equal to the explicit forward pass up to rounding
+        (tests/test_subngrams_model.py checks it against a loop over positions).
+        """
+        e, b, n = tokens.shape
         if n > self.seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's T = {self.seq_len}")
-        r0 = nn.functional.one_hot(tokens, self.states).to(self.A1.dtype)
-        mixed = torch.einsum("ehlj,ebjs->ebhls", self.first_layer_attention(n), r0)
-        heads = torch.einsum("ebhls,ehst->eblht", mixed, self.V1)
-        e, b = tokens.shape[:2]
-        return torch.cat([r0, heads.reshape(e, b, n, self.heads * self.states)], dim=-1)
+        s, h = self.states, self.heads
+        r0, alpha = self._one_hot(tokens), self.first_layer_attention(n)
+        mixed_last = torch.einsum("ehj,ebjs->ebhs", alpha[:, :, -1], r0)
+        heads_last = torch.einsum("ebhs,ehst->ebht", mixed_last, self.V1)
+        r1_last = torch.cat([r0[:, :, -1], heads_last.reshape(e, b, h * s)], dim=-1)
+        w = torch.einsum("ebd,edk,ekf->ebf", r1_last, self.Q, self.Kt)
+        u = torch.einsum("ehst,ebht->ebhs", self.V1, w[..., s:].reshape(e, b, h, s))
+        per_key = torch.gather(u, 3, tokens[:, :, None, :].expand(e, b, h, n))
+        scores = torch.gather(w[..., :s], 2, tokens) + torch.einsum(
+            "ehij,ebhj->ebi", alpha, per_key
+        )
+        return torch.softmax(scores, dim=-1)
 
-    def second_layer_attention(self, tokens: torch.Tensor) -> torch.Tensor:
-        """a2 (E, B, N): softmax over keys of r1[N-1]^T Q Kt r1[i] (no 1/sqrt(d) scaling)."""
-        r1 = self.residual(tokens)
-        query = torch.einsum("ebd,edk->ebk", r1[:, :, -1], self.Q)
-        keys = torch.einsum("ebnd,ekd->ebnk", r1, self.Kt)
-        return torch.softmax(torch.einsum("ebk,ebnk->ebn", query, keys), dim=-1)
+    def _one_hot(self, tokens: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(tokens, self.states).to(self.A1.dtype)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """p_theta (E, B, S): the last query's attention-weighted average of one-hot tokens."""
-        r0 = nn.functional.one_hot(tokens, self.states).to(self.A1.dtype)
-        return torch.einsum("ebn,ebns->ebs", self.second_layer_attention(tokens), r0)
+        return torch.einsum(
+            "ebn,ebns->ebs", self.second_layer_attention(tokens), self._one_hot(tokens)
+        )
