@@ -47,9 +47,12 @@ TINY_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
 def pytest_configure(config: pytest.Config) -> None:
     """A cache of validated params of the session's own (`replicate.config.validated_dir`),
     for this process and the Snakemake and DVC processes it starts: what the tests see does
-    not depend on what ran before them on this machine."""
+    not depend on what ran before them on this machine. DVC's usage reports are off."""
     cache = tempfile.mkdtemp(prefix="markov-replicate-tests-")
     os.environ["XDG_CACHE_HOME"] = cache
+    # Each `dvc` command the tests start would otherwise spawn a detached `dvc daemon
+    # analytics` process (a second Python start-up, about 0.8 s of CPU) to report its usage.
+    os.environ["DVC_NO_ANALYTICS"] = "1"
     config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
