@@ -1,20 +1,23 @@
 """Experiment registry: one entry per `<paper>_<item>` rule, holding its settings schema.
 
-The registry is lazy (issue 13): looking up ``attn_markov_fig3`` imports paper A's package
-only, so a job that runs one experiment never imports the other papers' code (and their
-heavy dependencies); iterating over the registry imports every paper.
+The registry is lazy (issue 13): a paper package names the module, settings schema and
+function of each of its experiments without importing them, so looking an experiment up,
+or checking that params.yaml names only implemented ones, imports no experiment code; the
+module is imported when its schema or function is first used, and running one experiment
+imports its own module only (not its paper's others, nor their heavy dependencies).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replicate.experiments.base import Experiment
+    from pydantic import BaseModel
 
 PAPERS: tuple[str, ...] = ("attn_markov", "local_global", "subngrams", "two_layer")
 """Each paper package declares its own ``EXPERIMENTS``; the registry is their union."""
@@ -25,7 +28,34 @@ def paper_of(name: str) -> str | None:
     return next((p for p in PAPERS if name.startswith(f"{p}_")), None)
 
 
-class _Registry(Mapping[str, "Experiment"]):
+@dataclass(frozen=True)
+class Experiment:
+    """A registry entry: the module that implements an experiment, and the names in it of
+    its settings schema and of its function ``run(settings, ctx) -> metrics``."""
+
+    module: str
+    settings: str
+    function: str
+
+    @property
+    def settings_model(self) -> type[BaseModel]:
+        return getattr(importlib.import_module(self.module), self.settings)
+
+    @property
+    def run(self) -> Callable[..., dict[str, float]]:
+        return getattr(importlib.import_module(self.module), self.function)
+
+
+def entries(package: str, table: Mapping[str, tuple[str, str, str]]) -> dict[str, Experiment]:
+    """A paper's registry from ``name -> (module, settings, function)``, modules relative to
+    the paper's ``package``."""
+    return {
+        name: Experiment(f"{package}.{module}", settings, function)
+        for name, (module, settings, function) in table.items()
+    }
+
+
+class _Registry(Mapping[str, Experiment]):
     """Name -> `Experiment`, importing a paper's package the first time one of its
     experiments is looked up."""
 

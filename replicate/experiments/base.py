@@ -1,4 +1,4 @@
-"""What every experiment shares: its registry entry and its run context.
+"""What every experiment shares: its run context.
 
 An experiment is a function ``run(settings, ctx) -> metrics`` that trains or computes, writes
 its figure/CSV outputs through ``ctx`` and returns a flat dict of numbers; the runner
@@ -7,13 +7,11 @@ its figure/CSV outputs through ``ctx`` and returns a flat dict of numbers; the r
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from pydantic import BaseModel
 
 from replicate import io
 from replicate.params import Classification, ExperimentEntry
@@ -71,11 +69,3 @@ class RunContext:
 
     def label(self, detail: str) -> str:
         return f"{self.name} {detail}"
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """A registry entry: the settings schema and the function that runs the experiment."""
-
-    settings_model: type[BaseModel]
-    run: Callable[[BaseModel, RunContext], Metrics]
