@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from replicate.config import load_params, read_params_file, validated_dir, validation_key
 from replicate.experiments import PAPERS, REGISTRY
@@ -125,3 +126,27 @@ def test_registry_is_the_union_of_the_papers() -> None:
         union.update(importlib.import_module(f"replicate.experiments.{paper}").EXPERIMENTS)
     assert dict(REGISTRY) == union and len(REGISTRY) == len(union)
     assert "attn_markov_nonsense" not in REGISTRY and "nonsense" not in REGISTRY
+
+
+def test_every_registry_entry_names_a_schema_and_a_function() -> None:
+    """The registry holds names only: each must resolve to a settings schema and a function."""
+    for name, entry in REGISTRY.items():
+        assert issubclass(entry.settings_model, BaseModel), name
+        assert callable(entry.run), name
+
+
+def test_naming_experiments_imports_none_of_their_code() -> None:
+    """Checking that an experiment is implemented imports its paper's package, not its
+    modules; running one (its function) imports its own module and not its paper's others."""
+    probe = (
+        "import json, sys\n"
+        "from replicate.experiments import REGISTRY\n"
+        "assert all(n in REGISTRY for n in ('two_layer_maps', 'two_layer_table1'))\n"
+        "named = 'replicate.experiments.two_layer.maps' in sys.modules\n"
+        "REGISTRY['two_layer_table1'].run\n"
+        "print(json.dumps([named, *(f'replicate.experiments.two_layer.{m}' in sys.modules"
+        " for m in ('table1', 'maps', 'bits'))]))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    named, table1, maps, bits = json.loads(out.stdout.splitlines()[-1])
+    assert not named and table1 and not maps and not bits
