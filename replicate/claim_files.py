@@ -175,12 +175,25 @@ class Claim(Strict):
     """The id of a claim of the same paper whose fact implies this one (issue 20, item 5:
     B5-maxima-repel follows from B5-rate). The claim is evaluated and shown as any other,
     but the tallies count the fact once, with the claim that implies it."""
+    cpu_dependent: dict[Scale, str] | None = None
+    """Per scale, why the verdict there depends on the CPU, with the spread measured (issue
+    23): the stability check (`replicate.stability`) found that a numerically neutral
+    perturbation changes it, and claims/stability.json must list the claim so. At such a
+    scale the verdict is ``inconclusive`` on every machine, whatever the run's own evidence
+    gives (kept as ``own_verdict``), and the text joins the claim's note."""
 
     @model_validator(mode="after")
     def _both_scales(self) -> Claim:
         missing = [s for s in SCALES if s not in self.expected]
         if missing:
             raise ValueError(f"expected verdict missing for scale(s) {missing}")
+        for scale in self.cpu_dependent or {}:
+            verdict = self.expected[scale].verdict
+            if verdict != "inconclusive":
+                raise ValueError(
+                    f"cpu_dependent.{scale}: the verdict there is inconclusive on every "
+                    f"machine, but expected.{scale}.verdict = {verdict!r}"
+                )
         return self
 
 
@@ -347,9 +360,10 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
 
     A paper without a file has no claims. A file that is no paper's, a claim naming an
     experiment of another paper or none, a duplicate id, an ``implied_by`` naming no claim of
-    the same paper (or one implied itself) and a recording of no claim are
-    ConfigErrors naming the file and the claim's id (``prune``: such a recording is left
-    out instead, for `expect --prune` to write the rest back).
+    the same paper (or one implied itself), a recording of no claim and a ``cpu_dependent``
+    the stability record does not back are ConfigErrors naming the file and the claim's id
+    (``prune``: such a recording is left out instead, for `expect --prune` to write the rest
+    back).
     """
     folder = params.claims_dir
     if not folder.is_dir():
@@ -383,7 +397,47 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     if path.exists():
         files.append(path)
         recorded = _read_recorded(path, {c.id: c for c in claims}, prune)
+    path = folder / STABILITY_FILE
+    if path.exists():
+        files.append(path)
+    _check_cpu_dependence(claims, where, path)
     return ClaimSet(claims, recorded, files)
+
+
+def cpu_dependent_ids(path: Path) -> dict[str, set[str]]:
+    """Per scale, the ids of the claims whose verdict a perturbation changed in the stability
+    record at ``path`` (`replicate.stability`); empty when there is none."""
+    if not path.exists():
+        return {}
+    try:
+        data = io.read_json_object(path)
+        changed = {
+            row["id"]
+            for entry in data["perturbations"].values()
+            for row in entry["verdicts_changed"]
+        }
+        return {data["scale"]: changed}
+    except (io.MalformedFile, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a stability record ({exc})") from exc
+
+
+def _check_cpu_dependence(claims: list[Claim], where: Mapping[str, Path], path: Path) -> None:
+    """A claim is ``cpu_dependent`` at a scale only where the stability record at ``path``
+    lists it among the verdicts a perturbation changed at that scale: the declaration rests
+    on a measurement, and goes when a rerun of the check no longer lists the claim."""
+    declared = [c for c in claims if c.cpu_dependent]
+    if not declared:
+        return
+    listed = cpu_dependent_ids(path)
+    for claim in declared:
+        for scale in claim.cpu_dependent or {}:
+            if claim.id not in listed.get(scale, set()):
+                raise ConfigError(
+                    f"{where[claim.id]}: claim {claim.id}: cpu_dependent.{scale}: {path} does "
+                    f"not list it among the verdicts a perturbation changed at {scale} scale; "
+                    "run `python -m replicate stability`, and where it no longer changes, "
+                    "remove cpu_dependent"
+                )
 
 
 def render_recorded(recorded: Mapping[str, Mapping[str, Recording]]) -> str:

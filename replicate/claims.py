@@ -360,6 +360,19 @@ def _untested_note(claim: Claim, params: Params, scale: str) -> str:
     )
 
 
+JUDGED = ("holds", "does-not-reproduce", "inconclusive")
+"""The verdicts a run's evidence can give; a ``cpu_dependent`` claim turns them into
+inconclusive, while ``not-tested`` and ``missing`` stay what they are."""
+
+
+def _cpu_note(spread: str, own: str) -> str:
+    """Why a ``cpu_dependent`` claim is inconclusive here, and what this run alone gives."""
+    return (
+        f"inconclusive on every machine: the verdict depends on the CPU ({spread}); this "
+        f"machine's runs alone give {own}"
+    )
+
+
 def evaluate_claim(
     claim: Claim, claimset: ClaimSet, params: Params, metrics: dict[str, Any] | None, note: str
 ) -> ClaimRecord:
@@ -403,6 +416,11 @@ def evaluate_claim(
     untested = not tested(claim, params, scale) and claim.metric in (metrics or {})
     if untested and not seed_note:
         verdict, note = UNTESTED, _untested_note(claim, params, scale)
+    own = verdict
+    cpu_note = (claim.cpu_dependent or {}).get(scale)
+    if cpu_note and verdict in JUDGED:
+        verdict = "inconclusive"
+        note = " ".join(n for n in (note, _cpu_note(cpu_note, own)) if n)
     return ClaimRecord(
         id=claim.id,
         paper=params.experiment(claim.experiment).paper,
@@ -435,6 +453,7 @@ def evaluate_claim(
         interval_kind=evidence.interval_kind,
         point_verdict=point,
         implied_by=claim.implied_by,
+        own_verdict=own,
     )
 
 

@@ -296,8 +296,11 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         "has no subject at that scale and is *inconclusive* too, with a note saying so. A "
         "claim whose run stops before the step at which the paper shows its effect is "
         "*not-tested* at that scale, with the measured value shown but not judged: it is no "
-        "non-reproduction. Machine-readable: `results/claims.json` (`interval_kind` says "
-        "which interval).",
+        "non-reproduction. A claim whose verdict the stability check found to depend on "
+        "the CPU (`python -m replicate stability`, `claims/stability.json`) is *inconclusive* "
+        "at that scale on every machine, with the spread measured and this machine's own "
+        "verdict in its note. Machine-readable: `results/claims.json` (`interval_kind` says "
+        "which interval, `own_verdict` what the run's own evidence gives).",
         "",
         *_headline(records),
     ]

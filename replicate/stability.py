@@ -123,23 +123,29 @@ def _run_suite(
     return verdicts.load_records(clone)
 
 
+def _own(record: ClaimRecord) -> str:
+    """The verdict of the run's own evidence (a ``cpu_dependent`` claim's ``verdict`` is
+    inconclusive on every machine, so the check compares what lies under it)."""
+    return record.own_verdict or record.verdict
+
+
 def compare(baseline: Iterable[ClaimRecord], perturbed: Iterable[ClaimRecord]) -> dict[str, Any]:
-    """How many measured values moved, and each claim whose verdict changed (both values and
-    verdicts; a claim absent from either side counts as changed)."""
+    """How many measured values moved, and each claim whose own verdict changed (both values
+    and verdicts; a claim absent from either side counts as changed)."""
     before = {r.id: r for r in baseline}
     after = {r.id: r for r in perturbed}
     moved = sum(1 for i in before.keys() & after.keys() if before[i].measured != after[i].measured)
     changed = []
     for claim_id in sorted(before.keys() | after.keys()):
         old, new = before.get(claim_id), after.get(claim_id)
-        if old is not None and new is not None and old.verdict == new.verdict:
+        if old is not None and new is not None and _own(old) == _own(new):
             continue
         changed.append(
             {
                 "id": claim_id,
                 "paper": (old or new).paper,  # type: ignore[union-attr]
-                "verdict": old.verdict if old else None,
-                "perturbed_verdict": new.verdict if new else None,
+                "verdict": _own(old) if old else None,
+                "perturbed_verdict": _own(new) if new else None,
                 "measured": old.measured if old else None,
                 "perturbed_measured": new.measured if new else None,
                 "seed_values": old.seed_values if old else {},

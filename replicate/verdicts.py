@@ -62,6 +62,10 @@ class ClaimRecord:
     """The verdict of the measured value alone (before the interval over seeds)."""
     implied_by: str | None = None
     """The claim whose fact implies this one's: not counted in the tallies (`counted`)."""
+    own_verdict: str = ""
+    """The verdict of this run's own evidence: ``verdict`` itself, except where the claim is
+    ``cpu_dependent`` at this scale (``verdict`` is then inconclusive on every machine). The
+    stability check compares these."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -328,6 +328,64 @@ def test_an_effect_must_agree_with_the_expected_verdict(tmp_path: Path, params_d
         claims.evaluate(params, tmp_path)
 
 
+# ---------------------------------------------------------------------- cpu_dependent
+def _stability_record(folder: Path, ids: list[str], scale: str = "ci") -> None:
+    """A stability record (`replicate.stability`) whose one perturbation changed ``ids``."""
+    changed = [{"id": i, "verdict": "holds", "perturbed_verdict": "inconclusive"} for i in ids]
+    record = {"scale": scale, "perturbations": {"aten-default": {"verdicts_changed": changed}}}
+    (folder / "stability.json").write_text(json.dumps(record))
+
+
+CPU_DEPENDENT = {
+    "cpu_dependent": {"ci": "seeds 0.2 / 0.1 natively, -0.1 / 0.3 with portable kernels"},
+    "expected": {"paper": {"verdict": "holds"}, "ci": {"verdict": "inconclusive", "reason": "t"}},
+}
+
+
+@pytest.mark.parametrize(("stuck", "own"), [(1.0, "holds"), (0.0, "does-not-reproduce")])
+def test_a_cpu_dependent_claim_is_inconclusive_whatever_this_machine_measures(
+    tmp_path: Path, params_dict: dict, stuck: float, own: str
+) -> None:
+    """Issue 23: where the stability check showed the verdict changes with the CPU, the
+    claim reads inconclusive on every machine; the run's own verdict stays in the record,
+    and the stability check compares that one."""
+    from replicate.stability import compare
+
+    params = _seed_params(tmp_path, params_dict, CPU_DEPENDENT)
+    _stability_record(tmp_path / "claims", [CLAIM_ID])
+    _write_outputs(tmp_path, _stuck(stuck))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert (r.verdict, r.own_verdict, r.matches_expectation) == ("inconclusive", own, True)
+    assert "depends on the CPU (seeds 0.2 / 0.1 natively" in r.note and f"give {own}" in r.note
+    assert tmp_path / "claims/stability.json" in claims.input_files(params, load_claims(params))
+    _write_outputs(tmp_path, _stuck(1.0 - stuck))
+    (other,) = claims.evaluate(params, tmp_path)
+    assert other.verdict == r.verdict and compare([r], [other])["verdicts_changed"][0]["id"]
+    _write_outputs(tmp_path, {"something/else": 1.0})  # an absent metric stays a fault
+    assert claims.evaluate(params, tmp_path)[0].verdict == "missing"
+
+
+def test_cpu_dependence_must_rest_on_the_stability_record(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    from replicate.params import ConfigError
+
+    params = _seed_params(tmp_path, params_dict, CPU_DEPENDENT)
+    with pytest.raises(ConfigError, match=rf"claim {CLAIM_ID}: cpu_dependent.ci: .* not list"):
+        claims.evaluate(params, tmp_path)
+    _stability_record(tmp_path / "claims", ["some-other-claim"])
+    with pytest.raises(ConfigError, match="remove cpu_dependent"):
+        claims.evaluate(params, tmp_path)
+    _stability_record(tmp_path / "claims", [CLAIM_ID], scale="paper")
+    with pytest.raises(ConfigError, match="at ci scale"):
+        claims.evaluate(params, tmp_path)
+    both_hold = {"paper": {"verdict": "holds"}, "ci": {"verdict": "holds"}}
+    holds = {**CPU_DEPENDENT, "expected": both_hold}
+    params = _seed_params(tmp_path, params_dict, holds)
+    with pytest.raises(ConfigError, match=r"inconclusive on every machine, but expected\.ci"):
+        load_claims(params)
+
+
 def test_fewer_than_four_seeds_give_their_range_and_more_a_bootstrap(
     tmp_path: Path, params_dict: dict
 ) -> None:
