@@ -1,15 +1,20 @@
-"""Paper D's estimator, pseudo map, attention statistics and quantiser on hand-made inputs."""
+"""Paper D's estimator, pseudo map, attention statistics and quantiser on hand-made inputs, and
+the noise tables' training settings."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from replicate.analysis import kgram_estimate, match_matrix, matched_mass, order_lags
 from replicate.analysis import pseudo_attention_map as pseudo
+from replicate.config import load_params
 from replicate.experiments.two_layer.bits import fake_quantise
 from replicate.experiments.two_layer.data import authors_laplace, brute_force_estimate
+from replicate.experiments.two_layer.maps import MapsSettings
 from replicate.experiments.two_layer.statistics import layer1_checks
+from replicate.experiments.two_layer.table3 import NoiseSettings, shared_members
 
 
 def test_spec_example_k2() -> None:
@@ -66,3 +71,22 @@ def test_fake_quantise() -> None:
     assert torch.equal(fake_quantise(x, 32), x)
     eight = fake_quantise(x, 8)
     assert float((eight - x).abs().max()) <= 1.0 / 127 / 2 + 1e-7
+
+
+def test_every_noise_level_trains_as_the_shared_model() -> None:
+    """Issue 19, item 7: Tables 3 and 4 train every eps level with the shared model's
+    training for the order (its steps scaled by the order's step_scale) and read its
+    members of the table's seeds at eps = 0; a seed the shared model lacks is named."""
+    params = load_params(scale="ci")
+    up = MapsSettings.model_validate(params.experiment("two_layer_maps").settings["ci"])
+    table = NoiseSettings.model_validate(params.experiment("two_layer_table3").settings["ci"])
+    steps = {run.order: round(run.step_scale * up.training.steps) for run in up.orders}
+    for order, expected in steps.items():
+        training = up.order_training(order)
+        assert training.steps == expected
+        assert training.model_dump(exclude={"steps"}) == up.training.model_dump(exclude={"steps"})
+    assert shared_members(up, table) == [up.seeds.index(s) for s in table.seeds]
+    with pytest.raises(ValueError, match=r"trains seeds \[0, 1, 2\], not \[7\]"):
+        shared_members(up, table.model_copy(update={"seeds": [0, 7]}))
+    with pytest.raises(ValueError, match="order 9 is not among"):
+        up.order_training(9)

@@ -54,6 +54,17 @@ class MapsSettings(Strict):
     optim: ClippedOptimSettings
     evaluation_set: EvalSettings
 
+    def order_training(self, order: int) -> TrainingSettings:
+        """The training of order ``order``'s models: ``training`` with its steps scaled by
+        the order's ``step_scale``."""
+        run = next((r for r in self.orders if r.order == order), None)
+        if run is None:
+            trained = [r.order for r in self.orders]
+            raise ValueError(f"order {order} is not among the shared models' orders {trained}")
+        return self.training.model_copy(
+            update={"steps": max(1, round(run.step_scale * self.training.steps))}
+        )
+
 
 def order_source(s: MapsSettings, order: int, per_kernel: int | None = None) -> InContextSource:
     """The clean k-th-order source with Dirichlet(1) rows (spec D §1.1)."""
@@ -123,8 +134,7 @@ def train_orders(s: MapsSettings, ctx: RunContext) -> dict[int, OrderTraining]:
     cfg = darch_config(s.arch, s.states, s.training.seq_len, layers=2)
     by_steps: dict[int, list[int]] = {}
     for run in s.orders:
-        steps = max(1, round(run.step_scale * s.training.steps))
-        by_steps.setdefault(steps, []).append(run.order)
+        by_steps.setdefault(s.order_training(run.order).steps, []).append(run.order)
     n = len(s.seeds)
     trained: dict[int, OrderTraining] = {}
     for steps, orders in by_steps.items():
