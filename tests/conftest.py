@@ -141,9 +141,11 @@ def params_with_claims(
 ) -> Path:
     """``params`` as ``root``/params.yaml whose claims folder, ``root``/claims, holds just
     ``claims``, each in its paper's file (``recorded``: with the repository's recordings of
-    them; else none). Returns the params file."""
+    them; else none), and the repository's stability record, which backs the claims marked
+    ``cpu_dependent``. Returns the params file."""
     folder = root / "claims"
     folder.mkdir(exist_ok=True)
+    shutil.copy(CLAIMS_DIR / "stability.json", folder / "stability.json")
     if recorded:
         ids = {c["id"] for c in claims}
         everything = json.loads((CLAIMS_DIR / "recorded.json").read_text())
