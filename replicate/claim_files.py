@@ -234,6 +234,10 @@ def recorded_file(folder: Path) -> Path:
     return folder / RECORDED_FILE
 
 
+def stability_file(folder: Path) -> Path:
+    return folder / STABILITY_FILE
+
+
 def _claim_label(raw: Any, index: int) -> str:
     claim_id = raw.get("id") if isinstance(raw, Mapping) else None
     return f"claim {claim_id}" if isinstance(claim_id, str) else f"claim number {index + 1}"
@@ -397,7 +401,7 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     if path.exists():
         files.append(path)
         recorded = _read_recorded(path, {c.id: c for c in claims}, prune)
-    path = folder / STABILITY_FILE
+    path = stability_file(folder)
     if path.exists():
         files.append(path)
     _check_cpu_dependence(claims, where, path)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from replicate import io, verdicts
-from replicate.claim_files import STABILITY_FILE
+from replicate.claim_files import stability_file
 from replicate.expect import clean_commit
 from replicate.params import ConfigError, Params
 from replicate.verdicts import ClaimRecord
@@ -169,7 +169,7 @@ def stability(
         raise ConfigError(
             f"unknown perturbation {', '.join(unknown)}; choose from {', '.join(PERTURBATIONS)}"
         )
-    path = params.claims_dir / STABILITY_FILE
+    path = stability_file(params.claims_dir)
     commit = clean_commit(root, path)
     try:
         baseline = verdicts.load_records(root)

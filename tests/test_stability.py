@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from replicate.claim_files import load_claims
+from replicate.claim_files import load_claims, stability_file
 from replicate.config import load_params
 from replicate.expect import RefusedRecording
 from replicate.params import ConfigError
-from replicate.stability import STABILITY_FILE, compare, stability
+from replicate.stability import compare, stability
 from replicate.verdicts import ClaimRecord
 
 from .conftest import built_training_free_workflow
@@ -107,7 +107,7 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
 ) -> None:
     params = load_params(project / "params.yaml", scale="ci")
     path = stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="1")
-    assert path == params.claims_dir / STABILITY_FILE
+    assert path == stability_file(params.claims_dir)
     written = json.loads(path.read_text())
     entry = written["perturbations"]["threads-2"]
     claims = json.loads((project / "results/claims.json").read_text())
