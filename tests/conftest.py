@@ -103,6 +103,7 @@ TINY_SUBNGRAMS = {
     "sequences": 64,
     "probe_sequences": 8,
     "seq_lens": [16, 32],
+    "diagonal_seq_lens": [64],
     "chunks": 16,
 }
 

@@ -59,6 +59,12 @@ def test_every_experiment_has_claims_and_every_claim_an_experiment() -> None:
             ["settings.ci.model.variant", "'bert'"],
         ),
         (lambda d: d.update(scale="huge"), ["scale", "'huge'"]),
+        (  # c = T/2 = 1,024: e^{-c} underflows float64 (paper C, Thm. 4.2 diagonal)
+            lambda d: d["experiments"]["subngrams_thm42"]["settings"]["ci"].update(
+                diagonal_seq_lens=[256, 2048]
+            ),
+            ["settings.ci.diagonal_seq_lens.1", "2048", "less than or equal to 1416"],
+        ),
         (
             lambda d: d["experiments"]["attn_markov_fig3"]["settings"]["ci"].update(colour="red"),
             ["settings.ci.colour", "Extra inputs are not permitted"],

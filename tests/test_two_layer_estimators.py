@@ -11,10 +11,20 @@ from replicate.analysis import kgram_estimate, match_matrix, matched_mass, order
 from replicate.analysis import pseudo_attention_map as pseudo
 from replicate.config import load_params
 from replicate.experiments.two_layer.bits import fake_quantise
+from replicate.experiments.two_layer.darch import (
+    EvalSettings,
+    darch_config,
+    eval_set,
+    excess_stats,
+    laplace_position_nll,
+    model_position_nll,
+)
 from replicate.experiments.two_layer.data import authors_laplace, brute_force_estimate
-from replicate.experiments.two_layer.maps import MapsSettings
+from replicate.experiments.two_layer.maps import MapsSettings, order_source
 from replicate.experiments.two_layer.statistics import layer1_checks
+from replicate.experiments.two_layer.table2 import late_start
 from replicate.experiments.two_layer.table3 import NoiseSettings, shared_members
+from replicate.training import gpt_ensemble
 
 
 def test_spec_example_k2() -> None:
@@ -90,3 +100,24 @@ def test_every_noise_level_trains_as_the_shared_model() -> None:
         shared_members(up, table.model_copy(update={"seeds": [0, 7]}))
     with pytest.raises(ValueError, match="order 9 is not among"):
         up.order_training(9)
+
+
+def test_late_positions_split_the_excess_and_the_estimator_ratio() -> None:
+    """Table 2's excess over the late positions (issue 19, item 11): the excess over every
+    position is the position-weighted mean of the early and the late parts, read from one set
+    of per-position losses, and the evaluation set's Laplace loss is the estimator's."""
+    assert (late_start(32, 0.25), late_start(64, 0.25), late_start(4, 0.1)) == (24, 48, 3)
+    params = load_params(scale="ci")
+    up = MapsSettings.model_validate(params.experiment("two_layer_maps").settings["ci"])
+    seq_len, start = 16, late_start(16, 0.25)
+    sizes = EvalSettings(sequences=64, seed=3, map_sequences=4)
+    data = eval_set(order_source(up, 2, per_kernel=1), seq_len, sizes)
+    model = gpt_ensemble(darch_config(up.arch, up.states, seq_len, layers=1), [0, 1]).eval()
+    every, late = excess_stats(model, data)["excess"], excess_stats(model, data, start)["excess"]
+    nll = model_position_nll(model, data.tokens)
+    early = (nll[..., :start] - data.true_position_nll[:, :start]).mean((-2, -1)).numpy()
+    blend = (start * early + (seq_len - start) * late) / seq_len
+    np.testing.assert_allclose(every, blend, rtol=1e-10)
+    assert np.abs(every - late).min() > 1e-4  # the late window is a window, not the whole
+    laplace = laplace_position_nll(data.tokens, 2, up.states)
+    torch.testing.assert_close(data.laplace_position_nll, laplace)

@@ -11,12 +11,18 @@ Also: Lemma 3.1's form of the gradient against autograd's at every point (smalle
 Thm. 4.2's first term E||p_tau(. | x_{T-k+2..T}) - p_hat_k||^2 along T (Lemma H.6, the
 "e^{-Theta(T)}" of the text), with the stationary conditional of Lemma H.5 on sequences
 that start stationary (App. H.1) and p_hat_k = theta_*^k's c -> infinity output.
+
+Along the diagonal c = T/2 (Thm. 4.2's c = Theta(T) -> infinity) the grid's lengths are
+joined by ``diagonal_seq_lens``, where only theta_*^k (k >= 2) at c = T/2 is evaluated; c is
+bounded by `MAX_SCALE`, beyond which float64 cannot represent the e^{-c} attention weights of
+the construction and the gradient vanishes by underflow instead of by the theorem.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import sys
 from typing import Annotated
 
 import numpy as np
@@ -41,20 +47,30 @@ from replicate.theory.subngrams import (
     set_construction,
 )
 
+MAX_SCALE = math.floor(-math.log(sys.float_info.min))
+"""Largest construction scale c (708): e^{-c} is then still a normal float64. At c = 1024
+(T = 2048 on the diagonal) the weights underflow to 0 and the measured gradient at theta_*^3
+drops to the noise floor (0.020, floor 0.056, ci settings) while its exact-CE loss is 4.4
+nats: saturation, not Thm. 4.2."""
+
+Scale = Annotated[float, Field(gt=0.0, le=MAX_SCALE)]
+
 
 class Thm42Settings(Strict):
     chain: ChainSettings
-    seq_lens: list[PositiveInt] = Field(min_length=2)
-    scales: list[Annotated[float, Field(gt=0.0)]] = Field(min_length=1)
+    seq_lens: list[Annotated[int, Field(gt=0, le=2 * MAX_SCALE)]] = Field(min_length=2)
+    scales: list[Scale] = Field(min_length=1)
     diagonal: bool  # also c = T/2 (spec C §3.5 grid)
-    reference_scale: Annotated[float, Field(gt=0.0)]  # c of G2-G4 and of theta_mid
+    # further T on the diagonal alone (theta_*^k, k >= 2, at c = T/2; Thm. 4.2's c = Theta(T))
+    diagonal_seq_lens: list[Annotated[int, Field(gt=0, le=2 * MAX_SCALE)]]
+    reference_scale: Scale  # c of G2-G4 and of theta_mid
     eps: list[Annotated[float, Field(gt=0.0)]] = Field(min_length=2)  # [primary, ~exact CE]
     sequences: PositiveInt
     chunks: Annotated[int, Field(ge=16)]  # M (spec C §3.5: M >= 16)
     seed: int  # gradient set (common to every point) and theta_rand
     g2_min_seq_len: PositiveInt  # G2/G3 use T >= this
     g5_max_seq_len: PositiveInt  # G5 uses T <= this
-    g5_low_scale: Annotated[float, Field(gt=0.0)]  # G5 compares c = reference_scale with this
+    g5_low_scale: Scale  # G5 compares c = reference_scale with this
     first_term_seq_lens: list[PositiveInt] = Field(min_length=3)  # doubling, for the H6 trend
     first_term_sequences: PositiveInt
 
@@ -65,6 +81,19 @@ def _points(s: Thm42Settings, seq_len: int) -> list[tuple[str, int, float]]:
     scales = sorted({*s.scales, *([seq_len / 2] if s.diagonal else [])})
     points = [("star", k, c) for k in range(1, s.chain.order + 1) for c in scales]
     return [*points, ("rand", 0, 0.0), ("mid", 0, s.reference_scale), ("f30", 2, s.reference_scale)]
+
+
+def _diagonal_points(s: Thm42Settings, seq_len: int) -> list[tuple[str, int, float]]:
+    """(label, k, c) of the members at a ``diagonal_seq_lens`` length: theta_*^k, k >= 2, at
+    c = T/2 (theta_*^1 is exactly stationary, C-G1)."""
+    return [("star", k, seq_len / 2) for k in range(2, s.chain.order + 1)]
+
+
+def _evaluations(s: Thm42Settings) -> list[tuple[int, list[tuple[str, int, float]]]]:
+    """(T, members) of every evaluation: the grid's lengths, then the diagonal-only ones."""
+    grid = [(seq_len, _points(s, seq_len)) for seq_len in s.seq_lens]
+    extra = [t for t in s.diagonal_seq_lens if t not in s.seq_lens]
+    return grid + [(seq_len, _diagonal_points(s, seq_len)) for seq_len in extra]
 
 
 def _build(s: Thm42Settings, seq_len: int, points: list[tuple[str, int, float]]):
@@ -89,8 +118,7 @@ def _build(s: Thm42Settings, seq_len: int, points: list[tuple[str, int, float]])
 def gradient_table(s: Thm42Settings) -> pd.DataFrame:
     """One row per (T, point, eps): population-gradient norm, noise floor and loss."""
     rows = []
-    for seq_len in s.seq_lens:
-        points = _points(s, seq_len)
+    for seq_len, points in _evaluations(s):
         model = _build(s, seq_len, points)
         batch = expand(
             fixed_set(s.chain.at(seq_len), s.sequences, s.seed, "gradset"),
@@ -201,8 +229,50 @@ def _max(values) -> float:
     return float(np.max(values)) if len(values) else math.nan
 
 
+def _exponent(ratio: float, base: float) -> float:
+    """log(ratio) / log(base): the power of ``base`` that ``ratio`` is; NaN when the ratio is
+    not positive (the unbiased gradient-norm estimate is clipped at 0)."""
+    return math.log(ratio) / math.log(base) if ratio > 0 else math.nan
+
+
+def _diagonal(star: pd.DataFrame, k: int) -> pd.DataFrame:
+    """theta_*^k's rows at c = T/2, by increasing T (one loss epsilon)."""
+    rows = star[(star.k == k) & (star.c == star["T"] / 2)]
+    return rows.sort_values("T")
+
+
+def _vanishing_along_diagonal(diag: pd.DataFrame, k: int) -> Metrics:
+    """Thm. 4.2 along c = T/2 with the exact cross-entropy (paper C, Thm. 4.2: the gradient
+    vanishes as c = Theta(T) -> infinity), from theta_*^k's diagonal rows (claims C-G7).
+
+    At the largest T: the gradient beyond twice its noise floor (vanished when <= 0), its
+    change over the last step of T plus twice the larger floor (falling by more than two
+    floors when <= 0), and the smaller of the two, which is <= 0 unless the gradient has
+    levelled off above the noise; the log-log slope of the last step, the T of the largest
+    gradient and the last gradient as a fraction of it (the turn).
+    """
+    if len(diag) < 2:
+        return {}
+    prev, last = diag.iloc[-2], diag.iloc[-1]
+    peak = diag.loc[diag.grad_norm.idxmax()]
+    vanished = last.grad_norm - 2 * last.noise_floor
+    falling = last.grad_norm - prev.grad_norm + 2 * max(prev.noise_floor, last.noise_floor)
+    return {
+        f"G7/k{k}/last_T": float(last["T"]),
+        f"G7/k{k}/last_excess_over_2floor": float(vanished),
+        f"G7/k{k}/last_step_excess": float(falling),
+        f"G7/k{k}/levelled_excess": float(min(vanished, falling)),
+        f"G7/k{k}/last_step_loglog_slope": _exponent(
+            last.grad_norm / prev.grad_norm, last["T"] / prev["T"]
+        ),
+        f"G7/k{k}/peak_T": float(peak["T"]),
+        f"G7/k{k}/last_over_peak": float(last.grad_norm / peak.grad_norm),
+    }
+
+
 def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
-    """G1-G5 of spec C §3.5 as numbers (thresholds live in params.yaml)."""
+    """G1-G5 of spec C §3.5 and G7 (Thm. 4.2 along c = T/2) as numbers (thresholds live in
+    the claims)."""
     primary, exact = s.eps[0], s.eps[-1]
     star = table[table.point == "star"]
     main = star[star.eps == primary]
@@ -229,12 +299,11 @@ def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
         lo, hi = cell(main, t_min, k, c_ref), cell(main, t_max, k, c_ref)
         trend.append(hi.grad_norm - lo.grad_norm - 2 * max(hi.noise_floor, lo.noise_floor))
     steps = []
-    if s.diagonal:
-        diag_t = [t for t in sorted(s.seq_lens) if t >= 64]
-        for k in range(2, s.chain.order + 1):
-            for a, b in itertools.pairwise(diag_t):
-                lo, hi = cell(main, a, k, a / 2), cell(main, b, k, b / 2)
-                steps.append(hi.grad_norm - lo.grad_norm - 2 * max(hi.noise_floor, lo.noise_floor))
+    for k in range(2, s.chain.order + 1):
+        diag = _diagonal(main, k)
+        diag = diag[diag["T"] >= 64]
+        for (_, lo), (_, hi) in itertools.pairwise(diag.iterrows()):
+            steps.append(hi.grad_norm - lo.grad_norm - 2 * max(hi.noise_floor, lo.noise_floor))
     metrics: Metrics = {
         "G1/max_grad_norm_k1": float(star[star.k == 1].grad_norm.max()),
         "G2/max_grad_norm_above_2floor": _max(above),
@@ -250,6 +319,10 @@ def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
         for t in sorted(set(ex["T"]))
     ]
     metrics["G5/min_ratio_high_to_low_c_exact_ce"] = float(min(g5))
+    metrics["G5/sqrt_c_ratio"] = math.sqrt(c_ref / s.g5_low_scale)
+    metrics["G5/min_exponent_in_c"] = _exponent(min(g5), c_ref / s.g5_low_scale)
+    for k in range(2, s.chain.order + 1):
+        metrics |= _vanishing_along_diagonal(_diagonal(star[star.eps == exact], k), k)
     f30 = table[(table.point == "f30") & (table.eps == primary) & (table["T"] >= s.g2_min_seq_len)]
     metrics["F30/max_grad_norm_above_2floor"] = _max(
         np.where(f30.grad_norm > 2 * f30.noise_floor, f30.grad_norm, 0.0)
@@ -258,7 +331,7 @@ def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
 
 
 def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
-    """Gradient-norm table at theta_*^k, claims G1-G5 (spec C §3.5)."""
+    """Gradient-norm table at theta_*^k, claims G1-G7 (spec C §3.5)."""
     table = gradient_table(s)
     ctx.save_csv(table, "gradients.csv")
     first_term = first_term_table(s)
@@ -276,12 +349,11 @@ def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
 
 
 def _plot(s: Thm42Settings, table: pd.DataFrame, ctx: RunContext) -> None:
-    fig, axes = plotting.figure(1, len(s.eps))
-    star = table[(table.point == "star") & (table.k >= 2)].copy()
-    star["theta"] = "k=" + star.k.astype(str) + ", T=" + star["T"].astype(str)
-    for ax, eps in zip(axes, s.eps, strict=True):
-        part = star[star.eps == eps]
-        for (k, seq_len), group in part.groupby(["k", "T"]):
+    fig, axes = plotting.figure(1, len(s.eps) + 1)
+    star = table[(table.point == "star") & (table.k >= 2)]
+    grid = star[star["T"].isin(s.seq_lens)]
+    for ax, eps in zip(axes, s.eps, strict=False):
+        for (k, seq_len), group in grid[grid.eps == eps].groupby(["k", "T"]):
             group = group.sort_values("c")
             ax.errorbar(
                 group.c, group.grad_norm, yerr=group.noise_floor, marker="o", capsize=2,
@@ -293,11 +365,27 @@ def _plot(s: Thm42Settings, table: pd.DataFrame, ctx: RunContext) -> None:
             ylabel="population gradient norm ||E ∇L||",
             title=f"loss -Σ y log(f + {eps:g})",
         )
+    diagonal_ax = axes[-1]
+    for eps in s.eps:
+        for k in range(2, s.chain.order + 1):
+            diag = _diagonal(star[star.eps == eps], k)
+            diagonal_ax.errorbar(
+                diag["T"], diag.grad_norm, yerr=diag.noise_floor, marker="o", capsize=2,
+                label=f"θ*^{k}, eps={eps:g}",
+            )  # fmt: skip
+    diagonal_ax.set(
+        xscale="log",
+        xlabel="context length T (c = T/2)",
+        ylabel="population gradient norm ||E ∇L||",
+        title="along c = T/2 (Thm. 4.2: vanishes as c = Θ(T) → ∞)",
+    )
+    for ax in axes:
         ax.set_yscale("symlog", linthresh=0.01)
         ax.legend(fontsize=7)
     plotting.finish(
         fig,
         f"Paper C, Thm. 4.2 — {ctx.scale} scale: gradient norm at θ*^k "
-        f"(S={s.chain.states}, n={s.chain.order}, N={s.sequences}, M={s.chunks}; k=1 is 0)",
+        f"(S={s.chain.states}, n={s.chain.order}, N={s.sequences}, M={s.chunks}; k=1 is 0; "
+        "error bars: noise floor)",
     )
     ctx.save_figure(fig)

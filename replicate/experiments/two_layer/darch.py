@@ -121,39 +121,62 @@ class EvalSet:
 
     tokens: torch.Tensor  # (B, T + 1) what the model sees
     kernels: torch.Tensor  # (B, S**k, S) the clean kernel P of each sequence
-    true_nll: torch.Tensor  # (B,) L_true on the clean path of the same kernels
-    laplace_nll: torch.Tensor  # (B,) add-1 order-k estimator on ``tokens``
+    true_position_nll: torch.Tensor  # (B, T) L_true per position, on the clean path
+    laplace_position_nll: torch.Tensor  # (B, T) add-1 order-k estimator on ``tokens``
     order: int
+
+    @property
+    def true_nll(self) -> torch.Tensor:
+        """(B,) L_true: the per-position values' mean over positions."""
+        return self.true_position_nll.mean(-1)
+
+    @property
+    def laplace_nll(self) -> torch.Tensor:
+        """(B,) the add-1 order-k estimator's CE, mean over positions."""
+        return self.laplace_position_nll.mean(-1)
 
     def match(self, count: int) -> torch.Tensor:
         """I_n of the inputs x_{1:T} of the first ``count`` sequences (B, T, T) (spec D §5)."""
         return match_matrix(self.tokens[:count, :-1], order_lags(self.order))
 
 
+def laplace_position_nll(tokens: torch.Tensor, order: int, states: int) -> torch.Tensor:
+    """(B, T) CE per position of the in-context add-1 order-``order`` estimator on (B, T + 1)
+    ``tokens`` (the Bayes predictive under a uniform Dirichlet prior; spec D §5.6)."""
+    estimate = kgram_estimate(tokens, order_lags(order), states, alpha=1.0)
+    return next_token_nll(estimate, tokens)
+
+
 def eval_set(source: InContextSource, seq_len: int, e: EvalSettings) -> EvalSet:
     """Draw the evaluation set of ``source``; L_true uses the clean path and kernel P, the
     clean-source reference of spec D §5.7/§5.8 (= the usual L_true without noise)."""
     drawn = source.draw(e.sequences, seq_len + 1, torch.Generator().manual_seed(e.seed))
-    laplace = kgram_estimate(drawn.tokens, order_lags(source.order), source.states, alpha=1.0)
     return EvalSet(
         tokens=drawn.tokens,
         kernels=drawn.kernels,
-        true_nll=true_next_token_nll(drawn.kernels, drawn.clean).mean(-1),
-        laplace_nll=next_token_nll(laplace, drawn.tokens).mean(-1),
+        true_position_nll=true_next_token_nll(drawn.kernels, drawn.clean),
+        laplace_position_nll=laplace_position_nll(drawn.tokens, source.order, source.states),
         order=source.order,
     )
 
 
 @torch.no_grad()
-def model_nll(model: torch.nn.Module, tokens: torch.Tensor, chunk: int = 500) -> torch.Tensor:
-    """(E, B) mean next-token CE per sequence of every member on (B, T + 1) ``tokens``."""
+def model_position_nll(
+    model: torch.nn.Module, tokens: torch.Tensor, chunk: int = 500
+) -> torch.Tensor:
+    """(E, B, T) next-token CE of every member at every position of (B, T + 1) ``tokens``."""
     e = model.lm_head.bias.shape[0]
     parts = []
     for part in tokens.split(chunk):
         batch = part[None].expand(e, -1, -1)
         logp = model(batch[..., :-1]).double().log_softmax(-1)
-        parts.append(-logp.gather(-1, batch[..., 1:, None]).squeeze(-1).mean(-1))
+        parts.append(-logp.gather(-1, batch[..., 1:, None]).squeeze(-1))
     return torch.cat(parts, dim=1)
+
+
+def model_nll(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """(E, B) mean next-token CE per sequence of every member on (B, T + 1) ``tokens``."""
+    return model_position_nll(model, tokens).mean(-1)
 
 
 @torch.no_grad()
@@ -165,10 +188,14 @@ def attention_maps(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.T
     return [t["attention"][:, :, 0].double() for t in traces]
 
 
-def excess_stats(model: torch.nn.Module, data: EvalSet) -> dict[str, np.ndarray]:
-    """Per member: excess CE (mean and standard error over sequences) and the Laplace one."""
-    excess = model_nll(model, data.tokens) - data.true_nll
-    laplace = data.laplace_nll - data.true_nll
+def excess_stats(
+    model: torch.nn.Module, data: EvalSet, first_position: int = 0
+) -> dict[str, np.ndarray]:
+    """Per member: excess CE (mean and standard error over sequences) and the Laplace one,
+    over the positions from ``first_position`` on (0: every position, spec D §5.6)."""
+    true = data.true_position_nll[:, first_position:].mean(-1)
+    excess = model_position_nll(model, data.tokens)[..., first_position:].mean(-1) - true
+    laplace = data.laplace_position_nll[:, first_position:].mean(-1) - true
     n = excess.shape[1]
     return {
         "excess": excess.mean(1).numpy(),

@@ -6,6 +6,11 @@ source with the same seeds and the same training (steps, batch, length) as the s
 of the order: equal budgets (issue 19, item 11: at 1,500 steps against 3,000 the one-layer
 loss was still falling). Excess CE over L_true on the paired evaluation set (spec D
 §5.6), the Bayes floor (Laplace-2), and the one-layer attention maps (spec D §5.5).
+
+The one- over two-layer excess ratio depends on where it is read (issue 19, item 11): it is
+also given over the last ``late_fraction`` of the positions, and, without training, for the
+two estimators the models approach, Laplace-1 (the in-context first-order level a one-layer
+model reaches) over Laplace-k (Bayes), at every T of ``estimator_seq_lens``.
 """
 
 from __future__ import annotations
@@ -18,16 +23,50 @@ from pydantic import Field
 from replicate import plotting
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
-from replicate.experiments.two_layer.darch import darch_config, eval_set, excess_stats, train_darch
-from replicate.experiments.two_layer.maps import load_shared, order_source
+from replicate.experiments.two_layer.darch import (
+    darch_config,
+    eval_set,
+    excess_stats,
+    laplace_position_nll,
+    train_darch,
+)
+from replicate.experiments.two_layer.maps import MapsSettings, load_shared, order_source
 from replicate.experiments.two_layer.statistics import MapStats, map_stats
-from replicate.settings import PositiveInt, Strict
+from replicate.settings import OpenUnit, PositiveInt, Strict
 
 
 class Table2Settings(Strict):
     order: PositiveInt
     map_sequences: PositiveInt
     near_diagonals: PositiveInt = Field(le=8)  # D-F17-1: mass on m = 1..near_diagonals
+    late_fraction: OpenUnit  # the excess ratio also over this last fraction of the positions
+    estimator_seq_lens: list[PositiveInt] = Field(min_length=1)  # T of the estimator ratios
+
+
+def late_start(seq_len: int, fraction: float) -> int:
+    """First position of the last ``fraction`` of ``seq_len`` predicted positions."""
+    return seq_len - max(1, round(fraction * seq_len))
+
+
+def estimator_ratios(up: MapsSettings, s: Table2Settings) -> Metrics:
+    """Laplace-1 and Laplace-k excess CE over L_true and their ratio, over every position and
+    over the late ones, at every T of ``estimator_seq_lens`` (spec D §5.6's Bayes-floor
+    argument: a one-layer model at the in-context first-order level over a two-layer model
+    at Bayes shows this ratio)."""
+    metrics: Metrics = {}
+    for seq_len in s.estimator_seq_lens:
+        data = eval_set(order_source(up, s.order, per_kernel=1), seq_len, up.evaluation_set)
+        first = laplace_position_nll(data.tokens, 1, up.states) - data.true_position_nll
+        bayes = data.laplace_position_nll - data.true_position_nll
+        for where, start in (("all", 0), ("late", late_start(seq_len, s.late_fraction))):
+            prefix = f"estimators/T{seq_len}/{where}"
+            one, k = float(first[:, start:].mean()), float(bayes[:, start:].mean())
+            metrics |= {
+                f"{prefix}/laplace1_excess": one,
+                f"{prefix}/laplace{s.order}_excess": k,
+                f"{prefix}/ratio": one / k,
+            }
+    return metrics
 
 
 def table2(s: Table2Settings, ctx: RunContext) -> Metrics:
@@ -42,6 +81,8 @@ def table2(s: Table2Settings, ctx: RunContext) -> Metrics:
     one = trained.model.eval()
     data = eval_set(order_source(up, s.order, per_kernel=1), up.training.seq_len, up.evaluation_set)
     ex1, ex2 = excess_stats(one, data), excess_stats(models[s.order], data)
+    late = late_start(up.training.seq_len, s.late_fraction)
+    late1, late2 = excess_stats(one, data, late), excess_stats(models[s.order], data, late)
     st1 = map_stats(one, data, s.map_sequences)
     st2 = map_stats(models[s.order], data, s.map_sequences)
     near = st1.abar[:, 1 : s.near_diagonals + 1].sum(1)
@@ -65,6 +106,11 @@ def table2(s: Table2Settings, ctx: RunContext) -> Metrics:
         "f17/max_mm_1l_minus_mm_2l": float((st1.mm - st2.mm).max()),
         "f17/mm_1l_mean": float(st1.mm.mean()),
         "f17/mm_2l_mean": float(st2.mm.mean()),
+        "late/excess_1l_mean": float(late1["excess"].mean()),
+        "late/excess_2l_mean": float(late2["excess"].mean()),
+        "late/laplace_excess": float(late2["laplace"][0]),
+        "late/ratio_1l_over_2l": float(late1["excess"].mean() / late2["excess"].mean()),
+        **estimator_ratios(up, s),
     }
     rows = []
     for i, seed in enumerate(up.seeds):
