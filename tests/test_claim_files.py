@@ -68,6 +68,34 @@ def test_every_ci_expectation_rests_on_a_recording_or_a_written_basis() -> None:
         assert claimset.basis(claim, "ci") != NOT_RECORDED.format(id=claim.id), claim.id
 
 
+def _full_history() -> bool:
+    """Whether this checkout is a git repository with its whole history (not shallow)."""
+    shallow = subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"],
+        capture_output=True,
+        text=True,
+        cwd=CLAIMS_DIR.parent,
+    )
+    return shallow.returncode == 0 and shallow.stdout.strip() == "false"
+
+
+@pytest.mark.skipif(not _full_history(), reason="needs a git checkout with its full history")
+def test_every_recording_names_a_commit_of_this_history() -> None:
+    """Issue 20, item 3: a recording names the commit whose code produced the value; a
+    commit made in some other clone and never brought here does not count."""
+    recorded = json.loads((CLAIMS_DIR / "recorded.json").read_text())
+    commits = {r["commit"] for scales in recorded.values() for r in scales.values() if r["commit"]}
+    missing = [
+        c
+        for c in sorted(commits)
+        if subprocess.run(
+            ["git", "cat-file", "-e", f"{c}^{{commit}}"], cwd=CLAIMS_DIR.parent, capture_output=True
+        ).returncode
+        != 0
+    ]
+    assert not missing, f"recorded.json names commits not in this history: {missing}"
+
+
 # ----------------------------------------------------------------------------- faults, by name
 def _without_reason(expectation: dict) -> None:
     expectation["verdict"] = "does-not-reproduce"
