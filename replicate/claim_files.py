@@ -235,6 +235,7 @@ def recorded_file(folder: Path) -> Path:
 
 
 def stability_file(folder: Path) -> Path:
+    """The stability check's record in the claims folder (`replicate.stability`)."""
     return folder / STABILITY_FILE
 
 

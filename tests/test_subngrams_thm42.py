@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 import pytest
-import yaml
 
+from replicate.config import load_params
 from replicate.experiments.subngrams.thm42 import (
     MAX_SCALE,
     Thm42Settings,
@@ -16,12 +16,10 @@ from replicate.experiments.subngrams.thm42 import (
     _vanishing_along_diagonal,
 )
 
-from .conftest import PARAMS_FILE
-
 
 def _settings(**update) -> Thm42Settings:
-    raw = yaml.safe_load(PARAMS_FILE.read_text())["experiments"]["subngrams_thm42"]
-    return Thm42Settings(**{**raw["settings"]["ci"], **update})
+    ci = load_params(scale="ci").experiment("subngrams_thm42").settings["ci"]
+    return Thm42Settings(**{**ci, **update})
 
 
 def test_diagonal_only_lengths_evaluate_theta_star_at_half_t() -> None:
