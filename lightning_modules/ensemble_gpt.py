@@ -363,8 +363,15 @@ class CausalSelfAttention(nn.Module):
         return torch.einsum("ehmd,ehkd->ehmk", table, w)
 
     def forward(
-        self, x: torch.Tensor, trace: dict[str, torch.Tensor] | None = None
+        self,
+        x: torch.Tensor,
+        trace: dict[str, torch.Tensor] | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
+        """Attention output (E, B, N, d); with ``last_only`` that of the last query alone,
+        (E, B, 1, d): keys and values at every position, the query at the last one."""
+        if last_only:
+            return self._last_query(x)
         e, b, n, _ = x.shape
         h, dh, dv = self.n_head, self.head_dim, self.value_dim
         q, k, v = self.c_attn(x).split([h * dh, h * dh, h * dv], dim=-1)
@@ -377,9 +384,32 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
             y = self._explicit(q, k, v, (e, b, n), trace)
+        return self._merge(y, e, b)
+
+    def _merge(self, y: torch.Tensor, e: int, b: int) -> torch.Tensor:
+        """Heads (E B, H, N, dv) -> the stream's (E, B, N, d): summed, or c_proj of the concat."""
+        h, n, dv = self.n_head, y.shape[2], self.value_dim
         if self.c_proj is None:
             return y.reshape(e, b, h, n, dv).sum(2)
         return self.c_proj(y.transpose(1, 2).reshape(e, b, n, h * dv))
+
+    def _last_query(self, x: torch.Tensor) -> torch.Tensor:
+        """The last position's attention output (E, B, 1, d): its query attends to every key,
+        so no mask. Relative positions are not supported here (no model that reads only its
+        last position uses them)."""
+        if self.rel_pe is not None:
+            raise ValueError("last_only attention does not support relative positions")
+        e, b, n, _ = x.shape
+        h, dh, dv = self.n_head, self.head_dim, self.value_dim
+        q = self.c_attn(x[:, :, -1:], slice(0, h * dh))
+        k, v = self.c_attn(x, slice(h * dh, None)).split([h * dh, h * dv], dim=-1)
+        if self.qk_norm:
+            q = self.q_norm(q.reshape(e, b, 1, h, dh))
+            k = self.k_norm(k.reshape(e, b, n, h, dh))
+        q = q.reshape(e * b, 1, h, dh).transpose(1, 2)
+        k = k.reshape(e * b, n, h, dh).transpose(1, 2)
+        v = v.reshape(e * b, n, h, dv).transpose(1, 2)
+        return self._merge(F.scaled_dot_product_attention(q, k, v, scale=self.scale), e, b)
 
     def _explicit(
         self,
@@ -514,9 +544,15 @@ class Block(nn.Module):
             self.mlp = SublayerMLP(cfg, layer, ensemble)
 
     def forward(
-        self, x: torch.Tensor, trace: dict[str, torch.Tensor] | None = None
+        self,
+        x: torch.Tensor,
+        trace: dict[str, torch.Tensor] | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
-        attn_out = self.attn(self.ln_1(x), trace)
+        """The layer's output (E, B, N, d), or with ``last_only`` the last position's alone."""
+        attn_out = self.attn(self.ln_1(x), trace, last_only)
+        if last_only:
+            x = x[:, :, -1:]
         record: dict[str, torch.Tensor] = {"input": x, "attn_out": attn_out}
         if self.mlp_input == "attention":  # paper C Fig. 7: X <- X + MLP(delta)
             record["mlp_out"] = self.mlp(attn_out)
@@ -585,21 +621,32 @@ class EnsembleGPT(nn.Module):
                         init_member(i, gen)
 
     def forward(
-        self, idx: torch.Tensor, traces: list[dict[str, torch.Tensor]] | None = None
+        self,
+        idx: torch.Tensor,
+        traces: list[dict[str, torch.Tensor]] | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
-        """Logits (E, B, N, V) for tokens ``idx`` (E, B, N); fills one trace dict per layer."""
+        """Logits (E, B, N, V) for tokens ``idx`` (E, B, N); fills one trace dict per layer.
+
+        ``last_only``: the logits of the last position alone, (E, B, 1, V), for a loss that
+        reads only them (paper C's readout z = X[T-1] W, App. I.1): the last layer's query,
+        MLP and readout then run at that position only (issue 21). No traces then.
+        """
         n = idx.shape[-1]
         if n > self.cfg.block_size:
             raise ValueError(f"sequence length {n} exceeds block_size {self.cfg.block_size}")
+        if last_only and traces is not None:
+            raise ValueError("traces need every position: last_only must be False")
         x = self.transformer["wte"](idx)
         if "wpe" in self.transformer:
             x = x + self.transformer["wpe"].weight[:, None, :n]
-        for block in self.transformer["h"]:
+        blocks = self.transformer["h"]
+        for i, block in enumerate(blocks):
             trace: dict[str, torch.Tensor] | None = None
             if traces is not None:
                 trace = {}
                 traces.append(trace)
-            x = block(x, trace)
+            x = block(x, trace, last_only and i == len(blocks) - 1)
         return self.lm_head(self.transformer["ln_f"](x))
 
     def decay_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:

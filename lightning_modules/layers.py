@@ -58,15 +58,18 @@ class EnsembleLinear(nn.Module):
         self.weight_mult = weight_mult
         self.bias_mult = bias_mult
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+        """y (E, ..., out); ``rows``: only those output features (rows of the weight)."""
         e, *mid, d = x.shape
-        out = torch.bmm(x.reshape(e, -1, d), self.weight.transpose(1, 2))
+        weight = self.weight[:, rows]
+        out = torch.bmm(x.reshape(e, -1, d), weight.transpose(1, 2))
         if self.weight_mult != 1.0:
             out = out * self.weight_mult
         if self.bias is not None:
-            bias = self.bias if self.bias_mult == 1.0 else self.bias * self.bias_mult
+            bias = self.bias[:, rows]
+            bias = bias if self.bias_mult == 1.0 else bias * self.bias_mult
             out = out + bias[:, None, :]
-        return out.view(e, *mid, self.weight.shape[1])
+        return out.view(e, *mid, weight.shape[1])
 
     def init_member(self, i: int, gen: torch.Generator) -> None:
         """Weight N(0, std^2) (zeros if std = 0), bias zeros."""

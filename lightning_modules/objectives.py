@@ -144,7 +144,8 @@ class LastTokenLawCE:
     x_{T+1} from x_1..x_T; ``eps`` = 1e-8 in the authors' code sets the penalty of tokens
     the model gives exactly zero mass (spec C §0.2). ``output = "probs"``: the model
     returns (E, B, S) probabilities (paper C's simplified model); ``"logits"``: it returns
-    (E, B, N, S) logits, of which the last position is soft-maxed (paper C, App. I.1).
+    the last position's logits (``model(tokens, last_only=True)``, (E, B, 1, S)), which
+    are soft-maxed (paper C, App. I.1).
     ``0 log 0`` counts as 0 (``xlogy``), so eps = 0 gives the exact cross-entropy.
     """
 
@@ -156,8 +157,9 @@ class LastTokenLawCE:
 
     def predict(self, model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
         """(E, B, S) predicted law of the token after ``tokens`` (E, B, T)."""
-        out = model(tokens)
-        return out if self.output == "probs" else out[..., -1, :].softmax(-1)
+        if self.output == "probs":
+            return model(tokens)
+        return model(tokens, last_only=True)[..., -1, :].softmax(-1)
 
     def per_sequence(self, probs: torch.Tensor, law: torch.Tensor) -> torch.Tensor:
         """(E, B) losses -sum_s y_s log(f_s + eps)."""

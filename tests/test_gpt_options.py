@@ -262,6 +262,52 @@ def test_forward_matches_the_per_member_reference(name: str) -> None:
             torch.testing.assert_close(explicit[e, b], expected, rtol=1e-10, atol=1e-10)
 
 
+LAST_ONLY = sorted(
+    name for name, cfg in CONFIGS.items() if cfg.layer(cfg.n_layer - 1).rel_pe == "none"
+)
+
+
+@pytest.mark.parametrize("name", LAST_ONLY)
+def test_last_only_is_the_reference_at_the_last_position(name: str) -> None:
+    """``last_only`` (the last layer's query, MLP and readout at the last position alone)
+    gives the reference's last logits, and the full forward's gradients of a loss that
+    reads only them."""
+    cfg = CONFIGS[name]
+    model = _random_model(cfg)
+    tokens = _tokens(cfg, 2)
+    last = model(tokens, last_only=True)
+    assert last.shape == (2, 2, 1, cfg.vocab_size)
+    for e in range(2):
+        for b in range(2):
+            expected = _reference(model, e, tokens[e, b].tolist())[-1]
+            torch.testing.assert_close(last[e, b, 0], expected, rtol=1e-10, atol=1e-10)
+
+    def gradients(last_only: bool) -> list[torch.Tensor]:
+        model.zero_grad()
+        model(tokens, last_only=last_only)[..., -1, :].logsumexp(-1).sum().backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    fast, full = gradients(True), gradients(False)
+    assert len(fast) == len(full) == len(list(model.parameters()))
+    for a, b in zip(fast, full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_last_only_refuses_traces_and_relative_positions() -> None:
+    tokens = _tokens(CONFIGS["theory"], 2)
+    with pytest.raises(ValueError, match="traces need every position"):
+        _random_model(CONFIGS["theory"])(tokens, [], last_only=True)
+    last_rel = _layers(
+        LayerConfig(norm="none", mlp="none"),
+        LayerConfig(rel_pe="key", norm="none", mlp="none"),
+        vocab_size=2,
+        n_embd=4,
+        position=False,
+    )
+    with pytest.raises(ValueError, match="does not support relative positions"):
+        _random_model(last_rel)(_tokens(last_rel, 2), last_only=True)
+
+
 def test_no_scale_equals_default_scale_at_one_over_sqrt_dh() -> None:
     """attn_scale is the logit multiplier; None means 1/sqrt(head_dim) (spec A §1.1)."""
     base = GPTConfig(vocab_size=3, n_embd=4, block_size=T, layers=(LayerConfig(n_head=2),))
