@@ -6,8 +6,9 @@ steps (`python -m replicate calibrate`, the cost plan's own measurement: the med
 time of one training step, evaluation excluded), once in a scratch worktree of the
 baseline commit and once in this tree, one after the other on the same machine; the
 printed seconds are each training's full step count times that median, summed over the
-experiment's trainings (so an experiment that joins trainings into one ensemble compares
-fairly), and the ms per step their steps-weighted mean. Lightning's
+experiment's trainings at each commit's own settings, and the ms per model step those
+seconds over the members times steps: one member's step, the per-step time that compares
+fairly when a commit joins trainings into one ensemble or trains longer. Lightning's
 own profiler (``PL_TRAINER_PROFILER=simple``, read by every `Trainer`) splits this tree's
 steps into where their time goes: drawing the batch, the forward pass with the loss, the
 backward pass, the optimiser (with gradient clipping and the step's schedule), and the rest
@@ -67,10 +68,11 @@ def calibrate(tree: Path, experiment: str, steps: int, profile: bool) -> tuple[d
 
 
 def training(cost: dict) -> tuple[float, int]:
-    """(seconds, steps) of the experiment's trainings at full length: each training's steps
-    times its median step time (evaluation excluded), summed over its trainings."""
+    """(seconds, model steps) of the experiment's trainings at full length: each training's
+    steps times its median step time (evaluation excluded), summed over its trainings; and
+    the members times steps summed likewise (the work, whatever the ensembles' sizes)."""
     seconds = sum(t["steps"] * t["step_seconds"] for t in cost["trainings"])
-    return seconds, sum(t["steps"] for t in cost["trainings"])
+    return seconds, sum(t["members"] * t["steps"] for t in cost["trainings"])
 
 
 def breakdown(report: str) -> dict[str, float]:
@@ -123,21 +125,25 @@ def main() -> None:
         after[experiment] = calibrate(REPO, experiment, args.steps, False)[0]
         parts[experiment] = breakdown(calibrate(REPO, experiment, args.steps, True)[1])
     print(f"ci scale, trainings cut to {args.steps} steps for the timing, one CPU thread; "
-          "training s = steps x median step time, summed over trainings")  # fmt: skip
-    print(f"{'experiment':<20} {'before s':>9} {'after s':>9} {'ms/step':>15} {'after/before':>13}"
-          f"   where a step goes now, ms: {' / '.join(PARTS)}")  # fmt: skip
-    totals = [0.0, 0.0]
+          "training s = steps x median step time, summed over trainings, at each commit's own "
+          "settings; ms per model step = training s / (members x steps): the time of one "
+          "member's step, whatever the run lengths and ensembles")  # fmt: skip
+    print(f"{'experiment':<20} {'before s':>9} {'after s':>9} {'ms per model step':>19} "
+          f"{'after/before':>13}   where a step goes now, ms: {' / '.join(PARTS)}")  # fmt: skip
+    seconds, per_step = [0.0, 0.0], [0.0, 0.0]
     for e in REPRESENTATIVES:
-        (b, steps_b), (a, steps_a), p = training(before[e]), training(after[e]), parts[e]
-        totals = [totals[0] + b, totals[1] + a]
-        per_step = f"{1e3 * b / steps_b:.1f} -> {1e3 * a / steps_a:.1f}"
+        (b, work_b), (a, work_a), p = training(before[e]), training(after[e]), parts[e]
+        ms_b, ms_a = 1e3 * b / work_b, 1e3 * a / work_a
+        seconds = [seconds[0] + b, seconds[1] + a]
+        per_step = [per_step[0] + ms_b, per_step[1] + ms_a]
         split = " / ".join(f"{p[k]:.1f}" for k in PARTS)
-        print(f"{e:<20} {b:9.1f} {a:9.1f} {per_step:>15} {a / b:13.2f}   {split}")
-    b, a = totals
-    print(
-        f"{'sum':<20} {b:9.1f} {a:9.1f} {'':>15} {a / b:13.2f}   (training time "
-        f"{'down' if a < b else 'up'} {abs(1 - a / b):.0%}; baseline {args.baseline})"
-    )
+        print(f"{e:<20} {b:9.1f} {a:9.1f} {f'{ms_b:.2f} -> {ms_a:.2f}':>19} {ms_a / ms_b:13.2f}"
+              f"   {split}")  # fmt: skip
+    (b, a), (ms_b, ms_a) = seconds, per_step
+    print(f"{'sum':<20} {b:9.1f} {a:9.1f} {f'{ms_b:.2f} -> {ms_a:.2f}':>19} {ms_a / ms_b:13.2f}"
+          f"   (per model step {'down' if ms_a < ms_b else 'up'} {abs(1 - ms_a / ms_b):.0%}, "
+          f"training time at each commit's settings {'down' if a < b else 'up'} "
+          f"{abs(1 - a / b):.0%}; baseline {args.baseline})")  # fmt: skip
 
 
 if __name__ == "__main__":

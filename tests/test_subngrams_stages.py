@@ -34,12 +34,27 @@ def test_two_stage_curve_is_stagewise_with_a_gradient_spike() -> None:
     steps, loss, grad = _curve()
     stage = stages(steps, loss, LEVELS, SETTINGS)
     assert stage.orders == [2, 3] and stagewise(stage, 3)
-    assert stage.longest_below(3) is stage.plateaus[0]
+    assert stage.second_plateau(3) is stage.plateaus[0]
     values = gradient_metrics(steps, stage, grad, grad)
     assert values["grad_ratio"] < 0.3 and values["pop_grad_ratio"] < 0.3
     # the peak of the running median (9 evaluations) lies within half a window of 2000
     assert values["grad_peak_distance"] == 0.0 and abs(values["grad_peak_step"] - 2000) <= 4 * 16
     assert max_rise(loss) < 1e-9  # the curve never rises
+
+
+def test_second_plateau_is_the_first_below_the_ngram_level_not_the_longest() -> None:
+    """Paper C's second plateau is the one the escape ends: an early escape to a lower
+    sub-n-gram plateau that lasts longer (seed 3 of Fig. 3 at ci) does not replace it."""
+    steps = np.arange(0, 16385, 64, dtype=float)
+    escape = 1.60 + 0.032 / (1 + np.exp((steps - 5500) / 60))  # 1.632 -> 1.600 at ~5,500
+    loss = escape + 0.06 * np.exp(-steps / 150)
+    settings = StageSettings(rho=0.05, threshold=0.4, dominance=2.0, reference_steps=16384)
+    stage = stages(steps, loss, [1.626, 1.611, 1.433], settings)
+    assert len(stage.plateaus) == 2 and 3 not in stage.orders
+    first, after = stage.plateaus
+    assert after.t1 - after.t0 > first.t1 - first.t0  # the spec's "longest" would be `after`
+    assert stage.second_plateau(3) is first and first.t1 < 5500 < after.t0
+    assert abs(first.level - 1.632) < 0.002
 
 
 def test_spike_factor_tells_a_gradient_spike_from_noise() -> None:

@@ -71,10 +71,10 @@ def seed_metrics(
     s: StageSettings,
 ) -> Metrics:
     """F3a-F3e for one seed; masses (n, H, len(OFFSETS)), distances (n, orders, 2) from
-    `estimator_distances`. The plateau of F3b-F3c is the longest one below the n-gram level
-    (the run may end on it: the switch is slow)."""
+    `estimator_distances`. The plateau of F3b-F3c is the paper's second plateau, the first one
+    below the n-gram level (`Stages.second_plateau`; the run may end on it: the switch is slow)."""
     stage = stages(steps, loss, levels, s)
-    longest = stage.longest_below(len(levels))
+    second = stage.second_plateau(len(levels))
     one, two = OFFSETS.index(1), OFFSETS.index(2)
     out: Metrics = {
         "plateaus": float(len(stage.plateaus)),
@@ -84,28 +84,28 @@ def seed_metrics(
     }
     final_on = heads_on(masses[-1], s)
     out["final_switch"] = float({1, 2} <= final_on)
-    if longest is None:
+    if second is None:
         return out | {
             "plateau_level": math.nan,
             "plateau_bigram_only": math.nan,
             "plateau_nearest_bigram": math.nan,
             "plateau_nearest_bigram_tv": math.nan,
         }
-    middle = midpoint_index(steps, longest)
+    middle = midpoint_index(steps, second)
     mid = masses[middle]
     on = heads_on(mid, s)
     kl, tv = distances[middle, :, 0], distances[middle, :, 1]
     out |= {f"plateau_kl_k{k + 1}": float(v) for k, v in enumerate(kl)}
     out |= {f"plateau_tv_k{k + 1}": float(v) for k, v in enumerate(tv)}
     out |= {
-        "plateau_level": longest.level,
-        "plateau_t0": longest.t0,
-        "plateau_t1": longest.t1,
-        "plateau_order": float(stage.orders[stage.plateaus.index(longest)] or 0),
+        "plateau_level": second.level,
+        "plateau_t0": second.t0,
+        "plateau_t1": second.t1,
+        "plateau_order": float(stage.orders[stage.plateaus.index(second)] or 0),
         "plateau_bigram_only": float(1 in on and not any(d >= 2 for d in on)),
         "plateau_both_heads_m1": float((mid[:, one] >= s.threshold).all()),
         "plateau_margin_1_over_2": float(mid[:, one].max() - mid[:, two].max()),
-        "final_drop": float(longest.level - loss[-1]),
+        "final_drop": float(second.level - loss[-1]),
         # the k-gram estimator nearest the model's law (k = 2: the bigram estimator)
         "plateau_nearest_order": float(kl.argmin() + 1),
         "plateau_nearest_bigram": float(kl.argmin() == 1),

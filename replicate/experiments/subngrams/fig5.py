@@ -2,8 +2,8 @@
 
 Derived from Fig. 3 (`upstream: fig3`): reads the saved loss curves and first-layer maps of
 every seed (`histories.pt`) instead of retraining. Per seed: the first step some head is on
-the (-1)-token and on the (-2)-token, and the heads at the midpoint of the longest
-plateau below the n-gram level.
+the (-1)-token and on the (-2)-token, and the heads at the midpoint of the second plateau,
+the first one below the n-gram level (`Stages.second_plateau`).
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
     rows, maps = [], []
     for i, seed in enumerate(saved["seeds"]):
         stage = stages(steps, losses[i], levels, s.stage)
-        longest = stage.longest_below(len(levels))
+        second = stage.second_plateau(len(levels))
         t1 = first_step_on(steps, masses[i], 1, s.stage)
         t2 = first_step_on(steps, masses[i], 2, s.stage)
         row = {"seed": seed, "t_first_on_1": t1, "t_first_on_2": t2, "first_1_before_2": t1 < t2}
-        if longest is None:
+        if second is None:
             rows.append(
                 row
                 | {
@@ -65,7 +65,7 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
                 }
             )
             continue
-        j = midpoint_index(steps, longest)
+        j = midpoint_index(steps, second)
         mid = masses[i, j]
         row |= {
             "plateau_mid": float(steps[j]),
@@ -100,7 +100,7 @@ def _plot(maps: list[tuple[int, int, np.ndarray]], ctx: RunContext) -> None:
             )
     plotting.finish(
         fig,
-        f"Paper C, Fig. 5 — {ctx.scale} scale: softmax(A1) at the middle of the longest "
-        "sub-n-gram plateau (Fig. 3's runs)",
+        f"Paper C, Fig. 5 — {ctx.scale} scale: softmax(A1) at the middle of the second "
+        "plateau, the first below the n-gram level (Fig. 3's runs)",
     )
     ctx.save_figure(fig)

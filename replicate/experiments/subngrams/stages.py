@@ -74,11 +74,17 @@ class Stages:
     def longest_intermediate(self) -> Plateau | None:
         return max(self.intermediate, key=lambda p: p.t1 - p.t0, default=None)
 
-    def longest_below(self, order: int) -> Plateau | None:
-        """The longest plateau not assigned to ``order`` (n: a sub-n-gram plateau), the last
-        one included: a run that ends before its last transition ends on such a plateau."""
-        below = [p for p, o in zip(self.plateaus, self.orders, strict=True) if o != order]
-        return max(below, key=lambda p: p.t1 - p.t0, default=None)
+    def second_plateau(self, order: int) -> Plateau | None:
+        """Paper C's "second plateau" (Fig. 3 and Fig. 5 captions): the first plateau not
+        assigned to ``order`` (n: a sub-n-gram plateau), in time, the last one included (a
+        run that ends before its escape ends on it). The initial stage, where both heads
+        attend uniformly, is too short to be a plateau, so this is the plateau the escape
+        (the head switch) ends. The spec reads it as the longest such plateau (spec C §4.3
+        F3b, §4.4 F5b), which is the plateau *after* the escape when a seed escapes early
+        (issue 19, item 2); the paper's order of events wins."""
+        return next(
+            (p for p, o in zip(self.plateaus, self.orders, strict=True) if o != order), None
+        )
 
 
 def stages(
