@@ -3,9 +3,12 @@
 D-arch [C facts + PROPOSAL]: token embedding without absolute positions; layer 1 = one
 causal softmax head with relative positions on keys and values (``value_rpe=False``: keys
 only, the authors' code) followed by the three-sublayer MLP of App. B.1 (`MLP_three_layers`:
-h1 = h0 + LN(ReLU(W1 h0 + b1)), h2 = h0 + LN(W2 h1), h3 = h2 + LN(W3 h2), affine LN);
-layer 2 = one attention head without PE or MLP; untied readout with bias. The one-layer
-baseline of Table 2 is layer 1 + MLP + readout.
+h1 = h0 + LN(ReLU(W1 h0 + b1)), h2 = h0 + LN(W2 h1), h3 = h2 + LN(W3 h2), affine LN;
+``mlp="code"``: the four sublayers of the authors' `MLP_new_construct`); layer 2 = one
+attention head without PE or MLP; untied readout with bias (``tied=True``: tied to the token
+embedding, the code). The three switches at their code values give the authors' model
+(spec D §2.3 "Facts from the released code"). The one-layer baseline of Table 2 is layer 1
++ MLP + readout.
 
 Evaluation (spec D §1.3, §5): a fixed set of sequences, each with its own Dirichlet(1)
 kernel, paired references on the same sequences: L_true (the true kernel), the Laplace
@@ -16,6 +19,7 @@ from the forward traces.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,10 +36,12 @@ from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, trai
 
 
 class ArchSettings(Strict):
-    """D-arch switches (spec D §2.3)."""
+    """D-arch switches (spec D §2.3): the harness default or, switch by switch, the code's."""
 
     n_embd: PositiveInt
     value_rpe: bool  # relative PE on values too (paper's formalism) or keys only (code)
+    mlp: Literal["app_b1", "code"]  # App. B.1's three sublayers or the code's four
+    tied: bool  # readout tied to the token embedding (code) or untied (spec D §2.3 (iv))
     init_std: float = Field(gt=0.0)
 
 
@@ -53,18 +59,33 @@ class EvalSettings(Strict):
     map_sequences: PositiveInt  # sequences whose attention maps are kept (traces are T x T)
 
 
-def darch_config(arch: ArchSettings, states: int, seq_len: int, layers: int) -> GPTConfig:
-    """The D-arch `GPTConfig` with ``layers`` = 2 (the model) or 1 (Table 2's baseline)."""
-    mlp = (
+MLP_SUBLAYERS: dict[str, tuple[SublayerConfig, ...]] = {
+    # App. B.1 (`MLP_three_layers`): h1 = h0 + LN(ReLU(W1 h0 + b1)), h2 = h0 + LN(W2 h1),
+    # h3 = h2 + LN(W3 h2).
+    "app_b1": (
         SublayerConfig(bias=True, activation="relu", norm="affine", skip="prev"),
         SublayerConfig(activation="identity", norm="affine", skip="input"),
         SublayerConfig(activation="identity", norm="affine", skip="prev"),
-    )
+    ),
+    # The authors' `MLP_new_construct` (the module their `Block` wires in, spec D §2.3):
+    # x += LN(ReLU(W1 x + b1)); x = ReLU(W2 x); x += LN'(ReLU(W3 x)); x += LN'(ReLU(W4 x)),
+    # LN with a bias, LN' without.
+    "code": (
+        SublayerConfig(bias=True, activation="relu", norm="affine", skip="prev"),
+        SublayerConfig(activation="relu", norm="none", skip="none"),
+        SublayerConfig(activation="relu", norm="weight", skip="prev"),
+        SublayerConfig(activation="relu", norm="weight", skip="prev"),
+    ),
+}
+
+
+def darch_config(arch: ArchSettings, states: int, seq_len: int, layers: int) -> GPTConfig:
+    """The D-arch `GPTConfig` with ``layers`` = 2 (the model) or 1 (Table 2's baseline)."""
     first = LayerConfig(
         n_head=1,
         rel_pe="key_value" if arch.value_rpe else "key",
         mlp="sublayers",
-        sublayers=mlp,
+        sublayers=MLP_SUBLAYERS[arch.mlp],
     )
     second = LayerConfig(n_head=1, mlp="none")
     return GPTConfig(
@@ -72,7 +93,7 @@ def darch_config(arch: ArchSettings, states: int, seq_len: int, layers: int) -> 
         n_embd=arch.n_embd,
         block_size=seq_len,
         n_layer=layers,
-        tied=False,
+        tied=arch.tied,
         init_std=arch.init_std,
         layers=(first, second)[:layers],
         position=False,
