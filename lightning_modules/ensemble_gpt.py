@@ -369,22 +369,41 @@ class CausalSelfAttention(nn.Module):
         last_only: bool = False,
     ) -> torch.Tensor:
         """Attention output (E, B, N, d); with ``last_only`` that of the last query alone,
-        (E, B, 1, d): keys and values at every position, the query at the last one."""
-        if last_only:
-            return self._last_query(x)
+        (E, B, 1, d): keys and values at every position, the query at the last one, which
+        attends to every key (no mask). Relative positions are not supported there (no model
+        that reads only its last position uses them)."""
+        if last_only and self.rel_pe is not None:
+            raise ValueError("last_only attention does not support relative positions")
         e, b, n, _ = x.shape
-        h, dh, dv = self.n_head, self.head_dim, self.value_dim
-        q, k, v = self.c_attn(x).split([h * dh, h * dh, h * dv], dim=-1)
-        if self.qk_norm:
-            q = self.q_norm(q.reshape(e, b, n, h, dh))
-            k = self.k_norm(k.reshape(e, b, n, h, dh))
-        q, k = (t.reshape(e * b, n, h, dh).transpose(1, 2) for t in (q, k))
-        v = v.reshape(e * b, n, h, dv).transpose(1, 2)
-        if trace is None and self.rel_pe is None:
+        q, k, v = self._heads(x, last_only)
+        if last_only:
+            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        elif trace is None and self.rel_pe is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
             y = self._explicit(q, k, v, (e, b, n), trace)
         return self._merge(y, e, b)
+
+    def _heads(
+        self, x: torch.Tensor, last_only: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (E B, H, Nq, dh), keys (E B, H, N, dh) and values (E B, H, N, dv) of the
+        stream x (E, B, N, d), per-head norms applied; Nq = 1 with ``last_only`` (the last
+        position's query, computed alone), else N (one c_attn product for all three)."""
+        e, b, n, _ = x.shape
+        h, dh, dv = self.n_head, self.head_dim, self.value_dim
+        if last_only:
+            q = self.c_attn(x[:, :, -1:], slice(0, h * dh))
+            k, v = self.c_attn(x, slice(h * dh, None)).split([h * dh, h * dv], dim=-1)
+        else:
+            q, k, v = self.c_attn(x).split([h * dh, h * dh, h * dv], dim=-1)
+        if self.qk_norm:
+            q = self.q_norm(q.reshape(e, b, -1, h, dh))
+            k = self.k_norm(k.reshape(e, b, n, h, dh))
+        q = q.reshape(e * b, -1, h, dh).transpose(1, 2)
+        k = k.reshape(e * b, n, h, dh).transpose(1, 2)
+        v = v.reshape(e * b, n, h, dv).transpose(1, 2)
+        return q, k, v
 
     def _merge(self, y: torch.Tensor, e: int, b: int) -> torch.Tensor:
         """Heads (E B, H, N, dv) -> the stream's (E, B, N, d): summed, or c_proj of the concat."""
@@ -392,24 +411,6 @@ class CausalSelfAttention(nn.Module):
         if self.c_proj is None:
             return y.reshape(e, b, h, n, dv).sum(2)
         return self.c_proj(y.transpose(1, 2).reshape(e, b, n, h * dv))
-
-    def _last_query(self, x: torch.Tensor) -> torch.Tensor:
-        """The last position's attention output (E, B, 1, d): its query attends to every key,
-        so no mask. Relative positions are not supported here (no model that reads only its
-        last position uses them)."""
-        if self.rel_pe is not None:
-            raise ValueError("last_only attention does not support relative positions")
-        e, b, n, _ = x.shape
-        h, dh, dv = self.n_head, self.head_dim, self.value_dim
-        q = self.c_attn(x[:, :, -1:], slice(0, h * dh))
-        k, v = self.c_attn(x, slice(h * dh, None)).split([h * dh, h * dv], dim=-1)
-        if self.qk_norm:
-            q = self.q_norm(q.reshape(e, b, 1, h, dh))
-            k = self.k_norm(k.reshape(e, b, n, h, dh))
-        q = q.reshape(e * b, 1, h, dh).transpose(1, 2)
-        k = k.reshape(e * b, n, h, dh).transpose(1, 2)
-        v = v.reshape(e * b, n, h, dv).transpose(1, 2)
-        return self._merge(F.scaled_dot_product_attention(q, k, v, scale=self.scale), e, b)
 
     def _explicit(
         self,
