@@ -1,4 +1,5 @@
-"""Paper C, Thm. 4.2 along c = T/2: the diagonal-only lengths and the C-G7 statistics."""
+"""Paper C, Thm. 4.2 along c = T/2: the diagonal-only lengths and the C-G7 statistics; App.
+F.1's general architecture on the same diagonal."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from replicate.experiments.subngrams.thm42 import (
     _diagonal,
     _evaluations,
     _vanishing_along_diagonal,
+    general_limit_error,
+    general_table,
 )
 
 
@@ -59,3 +62,17 @@ def test_levelled_excess_tells_a_levelled_gradient_from_a_vanishing_one(
     assert metrics["G7/k2/peak_T"] == 64 + 64 * (grad_norms[1] > grad_norms[0])
     slope = math.log(grad_norms[2] / grad_norms[1]) / math.log(2)
     assert metrics["G7/k2/last_step_loglog_slope"] == pytest.approx(slope)
+
+
+def test_general_architecture_rows_follow_the_diagonal() -> None:
+    """App. F.1 (claims C-F1G): one row per length of the grid and the diagonal and per
+    k >= 2, at c = T/2, with a positive V2 gradient and a floor; and the c = 40 output is
+    theta_*^k's limit through the log MLP."""
+    s = _settings(seq_lens=[8, 16], diagonal_seq_lens=[32], sequences=256, chunks=16)
+    table = general_table(s)
+    assert list(zip(table["T"], table.k, table.c, strict=True)) == [
+        (8, 2, 4.0), (8, 3, 4.0), (16, 2, 8.0), (16, 3, 8.0), (32, 2, 16.0), (32, 3, 16.0)
+    ]  # fmt: skip
+    assert (table.grad_norm > table.noise_floor).all() and (table.noise_floor > 0).all()
+    assert (table.loss > 0).all()
+    assert general_limit_error(s) < 1e-12

@@ -11,6 +11,9 @@
 * `lagset_conditional` is the stationary conditional of the next token given any lag set
   (Lemma H.5, App. H.2), the limit of the k-gram estimator (Lemma H.6).
 * `lemma31_surrogate` has Lemma 3.1's form of the cross-entropy gradient as its gradient.
+* `GeneralConstruction` is theta_*^k on App. F.1's general architecture (Eqs. (32)-(35):
+  block embeddings, summed heads with a skip connection, a value matrix V2 in layer 2 and
+  the MLP m(x) = log(|x| + eps) before the softmax), with V2 as its parameter.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import itertools
 import math
 
 import torch
+from torch import nn
 
 from lightning_modules.disentangled import EnsembleDisentangled
 from replicate.analysis.kgram import kgram_counts, paper_c_kgram_lags
@@ -206,3 +210,61 @@ def lagset_construction_limit(
     last = torch.nn.functional.one_hot(tokens[:, -1], states).to(torch.float64)
     counts = counts + torch.where(last_matches, 0.0, 1.0) * last
     return counts / counts.sum(-1, keepdim=True)
+
+
+class GeneralConstruction(nn.Module):
+    """theta_*^k on paper C's general architecture (App. F.1, Eqs. (32)-(35)); its one
+    parameter is the second layer's value matrix V2, whose gradient App. F.1 shows vanishes.
+
+    Embeddings: s_j = e_j and p_i = e_{S+i} in R^d, d = S + T (mutually orthogonal),
+    lifted into block h of R^{n d}; r0[i] = s^0_{x_i} + p^0_i. Layer 1, k - 1 active heads
+    summed into the stream (skip connection): head h's query at l attends to the key l - h
+    with logit c (Eq. (32); printed as sum_l p_{l-h} p_l^T, which with the row-vector
+    convention would attend forward, so it is read with query and key exchanged), rows
+    l < h to key 0 (the simplified model's padding, `set_construction`); V1^(h) copies
+    block 0's token into block h (Eq. (33)). Layer 2 at the last query T - 1: logit c for
+    each h in 1..k-1 whose block h - 1 of the query matches block h of the key (Eq. (34)),
+    value V2 = sum_j e_j (s^0_j)^T (Eq. (35)); output softmax(log(|V2 r2| + eps)), App.
+    F.1's MLP m computing the logits (the authors' ``--log_out``: eps = 1e-8). So
+    p = (|V2 r2| + eps) / sum(...), and as c -> infinity V2 r2 is `construction_limit`.
+
+    V2 multiplies r2 = sum_i a(i, T-1) r1[i], which lies in the span of block 0's tokens
+    and positions and blocks 1..k-1's tokens: the parameter holds V2's columns on that span,
+    (E, S, S + T + (k-1) S) in that order; V2's other columns meet zeros and get zero
+    gradient, so the gradient norm is the full V2's. ``tokens`` (E, B, T) -> (E, B, S).
+    """
+
+    def __init__(
+        self, states: int, seq_len: int, k: int, c: float, log_eps: float, members: int = 1
+    ) -> None:
+        super().__init__()
+        if k < 1 or seq_len <= k:
+            raise ValueError(f"need 1 <= k < T, got k = {k}, T = {seq_len}")
+        self.states, self.seq_len, self.k, self.c, self.log_eps = states, seq_len, k, c, log_eps
+        width = states + seq_len + (k - 1) * states
+        v2 = torch.zeros(members, states, width, dtype=torch.float64)
+        v2[:, :, :states] = torch.eye(states, dtype=torch.float64)
+        self.V2 = nn.Parameter(v2)
+
+    def stream(self, tokens: torch.Tensor) -> torch.Tensor:
+        """r2 = sum_i a(i, T-1) r1[i] in V2's coordinates, (E, B, S + T + (k-1) S)."""
+        onehot = torch.nn.functional.one_hot(tokens, self.states).to(torch.float64)
+        seen = onehot.cumsum(-2)  # sum_{j <= i} e_{x_j}
+        i = torch.arange(self.seq_len, dtype=torch.float64)
+        small = math.exp(-self.c)  # softmax of logit c among i + 1 keys: 1 / (1 + i e^{-c})
+        blocks = [onehot]  # block h of r1[i]: head h's average of the keys' tokens
+        for h in range(1, self.k):
+            target = onehot[..., (torch.arange(self.seq_len) - h).clamp(min=0), :]
+            weight = (1.0 / (1.0 + i * small)).unsqueeze(-1)
+            blocks.append(weight * (target + small * (seen - target)))
+        matches = torch.zeros(tokens.shape, dtype=torch.float64)  # k = 1: uniform
+        for h in range(1, self.k):
+            matches = matches + (blocks[h] * blocks[h - 1][..., -1:, :]).sum(-1)
+        attention = (self.c * matches).softmax(-1)
+        pooled = [(attention.unsqueeze(-1) * block).sum(-2) for block in blocks]
+        return torch.cat([pooled[0], attention, *pooled[1:]], -1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits_in = torch.einsum("esw,ebw->ebs", self.V2, self.stream(tokens))
+        unnormalised = logits_in.abs() + self.log_eps  # exp(m(x)), m(x) = log(|x| + eps)
+        return unnormalised / unnormalised.sum(-1, keepdim=True)

@@ -2,7 +2,7 @@
 force, and the population-gradient estimator against closed forms (spec C §1.5, §3); the
 stationary conditionals (Lemma H.5, App. H.2), Prop. 3.2 / Remark C.2 and Lemma 3.1 exactly
 on enumerated chains or by finite differences; App. F's constructions and theta_*^k on empty
-match sets by hand."""
+match sets by hand; App. F.1's general-architecture theta_*^k against its matrices written out."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from replicate.experiments.subngrams.common import DataSettings, expand, fixed_s
 from replicate.experiments.subngrams.fig2 import constructions
 from replicate.markov import context_indices, draw_kernels, lifted_stationary
 from replicate.theory.subngrams import (
+    GeneralConstruction,
     construction_limit,
     lagset_conditional,
     lagset_construction_limit,
@@ -234,3 +235,70 @@ def test_lemma31_surrogate_gradient() -> None:
     analytic = float(sum((g * d).sum() for g, d in zip(grads, direction, strict=True)))
     assert abs(numeric) > 1e-3
     assert analytic == pytest.approx(numeric, rel=1e-6)
+
+
+def _general_by_matrices(
+    x: list[int], states: int, order: int, k: int, c: float, v2: torch.Tensor, log_eps: float
+) -> torch.Tensor:
+    """App. F.1's forward at the last query with Eqs. (32)-(35) as matrices on R^{n d}:
+    one-hot block embeddings, layer 1's heads h = 1..k-1 (query l on key l - h with logit
+    c, rows l < h on key 0), their values copying block 0's token to block h and added to
+    r0; layer 2's logits r1[T-1]^T M2 r1[i] over keys i <= T-1; V2 (S, n d); softmax of
+    log(|V2 r2| + eps)."""
+    t, d = len(x), states + len(x)
+    width = order * d
+
+    def lift(vector_index: int, block: int) -> torch.Tensor:
+        out = torch.zeros(width, dtype=torch.float64)
+        out[block * d + vector_index] = 1.0
+        return out
+
+    def s(j: int, block: int) -> torch.Tensor:
+        return lift(j, block)
+
+    def p(i: int) -> torch.Tensor:
+        return lift(states + i, 0)
+
+    r0 = torch.stack([s(x[i], 0) + p(i) for i in range(t)])
+    r1 = r0.clone()
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    for h in range(1, k):
+        m1 = sum(torch.outer(p(q), p(max(q - h, 0))) for q in range(t))
+        v1 = sum(torch.outer(s(j, h), s(j, 0)) for j in range(states))
+        logits = (c * r0 @ m1 @ r0.T).masked_fill(~causal, -math.inf)
+        r1 = r1 + logits.softmax(-1) @ r0 @ v1.T
+    m2 = torch.zeros(width, width, dtype=torch.float64)
+    for h in range(1, k):
+        m2 = m2 + c * sum(torch.outer(s(j, h - 1), s(j, h)) for j in range(states))
+    attention = (r1[-1] @ m2 @ r1.T).softmax(-1)
+    out = (v2 @ (attention @ r1)).abs() + log_eps
+    return out / out.sum()
+
+
+def test_general_construction_against_its_matrices() -> None:
+    """App. F.1: `GeneralConstruction` against Eqs. (32)-(35) as matrices (one-hot block
+    embeddings of width n (S + T)), output and V2 gradient; at c = 40 its output is
+    theta_*^k's limit (`construction_limit`) through the log MLP."""
+    states, order, seq_len, eps = 3, 3, 7, 1e-8
+    data = DataSettings(states=states, order=order, alpha=0.5, seq_len=seq_len)
+    batch = fixed_set(data, 40, 5, "test")
+    tokens, law = batch.tokens[0], batch.next_law[0]
+    d = states + seq_len
+    for k, c in ((1, 3.0), (2, 3.0), (3, 2.5), (3, 40.0)):
+        model = GeneralConstruction(states, seq_len, k, c, eps)
+        probs = model(tokens[None])[0]
+        loss = -(law * probs.log()).sum(-1).mean()
+        (compact,) = torch.autograd.grad(loss, [model.V2])
+        full = torch.zeros(states, order * d, dtype=torch.float64)
+        full[:, :states] = torch.eye(states, dtype=torch.float64)  # Eq. (35)
+        full.requires_grad_(True)
+        brute = torch.stack(
+            [_general_by_matrices(x, states, order, k, c, full, eps) for x in tokens.tolist()]
+        )
+        torch.testing.assert_close(probs, brute.detach(), rtol=0, atol=1e-13)
+        (grad,) = torch.autograd.grad(-(law * brute.log()).sum(-1).mean(), [full])
+        torch.testing.assert_close(compact.norm(), grad.norm(), rtol=1e-12, atol=0)
+        assert grad.norm() > 1e-3
+        if c == 40.0:
+            limit = (construction_limit(tokens, k, states) + eps) / (1 + states * eps)
+            torch.testing.assert_close(probs, limit, rtol=0, atol=1e-13)

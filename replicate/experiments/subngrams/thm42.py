@@ -12,6 +12,12 @@ Thm. 4.2's first term E||p_tau(. | x_{T-k+2..T}) - p_hat_k||^2 along T (Lemma H.
 "e^{-Theta(T)}" of the text), with the stationary conditional of Lemma H.5 on sequences
 that start stationary (App. H.1) and p_hat_k = theta_*^k's c -> infinity output.
 
+App. F.1's general architecture (`GeneralConstruction`: block embeddings, summed heads, a
+value matrix V2 in layer 2, the log MLP): at every length of the diagonal, the population
+gradient w.r.t. V2 at its theta_*^k (k >= 2, c = T/2, exact cross-entropy), which App. F.1
+argues vanishes like Thm. 4.2's; and its c = `reference_scale` output against theta_*^k's
+limit through the log MLP.
+
 Along the diagonal c = T/2 (Thm. 4.2's c = Theta(T) -> infinity) the grid's lengths are
 joined by ``diagonal_seq_lens``, where only theta_*^k (k >= 2) at c = T/2 is evaluated; c is
 bounded by `MAX_SCALE`, beyond which float64 cannot represent the e^{-c} attention weights of
@@ -41,6 +47,7 @@ from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import ChainSettings, expand, fixed_set
 from replicate.settings import PositiveInt, Strict
 from replicate.theory.subngrams import (
+    GeneralConstruction,
     construction_limit,
     lagset_conditional,
     lemma31_surrogate,
@@ -74,6 +81,7 @@ class Thm42Settings(Strict):
     g5_low_scale: Scale  # G5 compares c = reference_scale with this
     first_term_seq_lens: list[PositiveInt] = Field(min_length=3)  # doubling, for the H6 trend
     first_term_sequences: PositiveInt
+    general_log_eps: Annotated[float, Field(gt=0.0)]  # App. F.1's MLP log(|x| + eps)
 
 
 def _points(s: Thm42Settings, seq_len: int) -> list[tuple[str, int, float]]:
@@ -144,6 +152,51 @@ def gradient_table(s: Thm42Settings) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def general_table(s: Thm42Settings) -> pd.DataFrame:
+    """App. F.1: one row per (T, k), k >= 2, at every length of the diagonal c = T/2: the
+    population gradient w.r.t. V2 at the general-architecture theta_*^k, its noise floor
+    and loss, exact cross-entropy, on the gradient set of `gradient_table`."""
+    objective = LastTokenLawCE(eps=s.eps[-1])
+    rows = []
+    for seq_len in sorted({*s.seq_lens, *s.diagonal_seq_lens}):
+        batch = expand(
+            fixed_set(s.chain.at(seq_len), s.sequences, s.seed, "gradset"), 1, torch.float64
+        )
+        for k in range(2, s.chain.order + 1):
+            model = GeneralConstruction(s.chain.states, seq_len, k, seq_len / 2, s.general_log_eps)
+            norm, floor = population_grad_norm(model, objective, batch, s.chunks)
+            loss = objective.test_loss(model, batch, s.sequences // s.chunks)
+            rows.append(
+                {
+                    "T": seq_len,
+                    "k": k,
+                    "c": seq_len / 2,
+                    "grad_norm": float(norm[0]),
+                    "noise_floor": float(floor[0]),
+                    "loss": float(loss[0]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def general_limit_error(s: Thm42Settings) -> float:
+    """Max over k = 1..n and one chunk of the gradient set (smallest T) of |p - (p_hat_k + eps)
+    / (1 + S eps)|: the general-architecture theta_*^k at c = `reference_scale` against
+    theta_*^k's c -> infinity output (`construction_limit`) through App. F.1's log MLP."""
+    seq_len, states = min(s.seq_lens), s.chain.states
+    tokens = fixed_set(s.chain.at(seq_len), s.sequences // s.chunks, s.seed, "gradset").tokens
+    errors = []
+    for k in range(1, s.chain.order + 1):
+        model = GeneralConstruction(states, seq_len, k, s.reference_scale, s.general_log_eps)
+        with torch.no_grad():
+            probs = model(tokens)[0]
+        limit = (construction_limit(tokens[0], k, states) + s.general_log_eps) / (
+            1 + states * s.general_log_eps
+        )
+        errors.append(float((probs - limit).abs().max()))
+    return max(errors)
 
 
 def lemma31_error(s: Thm42Settings) -> float:
@@ -242,9 +295,10 @@ def _diagonal(star: pd.DataFrame, k: int) -> pd.DataFrame:
     return rows.sort_values("T")
 
 
-def _vanishing_along_diagonal(diag: pd.DataFrame, k: int) -> Metrics:
+def _vanishing_along_diagonal(diag: pd.DataFrame, k: int, name: str = "G7") -> Metrics:
     """Thm. 4.2 along c = T/2 with the exact cross-entropy (paper C, Thm. 4.2: the gradient
-    vanishes as c = Theta(T) -> infinity), from theta_*^k's diagonal rows (claims C-G7).
+    vanishes as c = Theta(T) -> infinity), from theta_*^k's diagonal rows (claims C-G7; with
+    ``name`` "F1", App. F.1's V2 gradient, claims C-F1G).
 
     At the largest T: the gradient beyond twice its noise floor (vanished when <= 0), its
     change over the last step of T plus twice the larger floor (falling by more than two
@@ -259,15 +313,15 @@ def _vanishing_along_diagonal(diag: pd.DataFrame, k: int) -> Metrics:
     vanished = last.grad_norm - 2 * last.noise_floor
     falling = last.grad_norm - prev.grad_norm + 2 * max(prev.noise_floor, last.noise_floor)
     return {
-        f"G7/k{k}/last_T": float(last["T"]),
-        f"G7/k{k}/last_excess_over_2floor": float(vanished),
-        f"G7/k{k}/last_step_excess": float(falling),
-        f"G7/k{k}/levelled_excess": float(min(vanished, falling)),
-        f"G7/k{k}/last_step_loglog_slope": _exponent(
+        f"{name}/k{k}/last_T": float(last["T"]),
+        f"{name}/k{k}/last_excess_over_2floor": float(vanished),
+        f"{name}/k{k}/last_step_excess": float(falling),
+        f"{name}/k{k}/levelled_excess": float(min(vanished, falling)),
+        f"{name}/k{k}/last_step_loglog_slope": _exponent(
             last.grad_norm / prev.grad_norm, last["T"] / prev["T"]
         ),
-        f"G7/k{k}/peak_T": float(peak["T"]),
-        f"G7/k{k}/last_over_peak": float(last.grad_norm / peak.grad_norm),
+        f"{name}/k{k}/peak_T": float(peak["T"]),
+        f"{name}/k{k}/last_over_peak": float(last.grad_norm / peak.grad_norm),
     }
 
 
@@ -338,22 +392,30 @@ def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
     """Gradient-norm table at theta_*^k, claims G1-G7 (spec C §3.5)."""
     table = gradient_table(s)
     ctx.save_csv(table, "gradients.csv")
+    general = general_table(s)
+    ctx.save_csv(general, "general.csv")
     first_term = first_term_table(s)
     ctx.save_csv(first_term, "first_term.csv")
     metrics = _assertions(s, table) | _first_term_metrics(first_term)
     metrics["L31/max_relative_error"] = lemma31_error(s)
+    metrics["F1/max_limit_error"] = general_limit_error(s)
+    for k, rows in general.groupby("k"):
+        metrics |= _vanishing_along_diagonal(rows.sort_values("T"), int(k), "F1")
+    for row in general.itertuples():
+        for column in ("grad_norm", "noise_floor", "loss"):
+            metrics[f"F1/T{row.T}/k{row.k}/{column}"] = getattr(row, column)
     for row in table.itertuples():
         key = f"T{row.T}/{row.point}" + (f"_k{row.k}" if row.point == "star" else "")
         key += f"/c{row.c:g}/eps{row.eps:g}"
         metrics[f"{key}/grad_norm"] = row.grad_norm
         metrics[f"{key}/noise_floor"] = row.noise_floor
         metrics[f"{key}/loss"] = row.loss
-    _plot(s, table, ctx)
+    _plot(s, table, general, ctx)
     return metrics
 
 
-def _plot(s: Thm42Settings, table: pd.DataFrame, ctx: RunContext) -> None:
-    fig, axes = plotting.figure(1, len(s.eps) + 1)
+def _plot(s: Thm42Settings, table: pd.DataFrame, general: pd.DataFrame, ctx: RunContext) -> None:
+    fig, axes = plotting.figure(1, len(s.eps) + 2)
     star = table[(table.point == "star") & (table.k >= 2)]
     grid = star[star["T"].isin(s.seq_lens)]
     for ax, eps in zip(axes, s.eps, strict=False):
@@ -361,17 +423,21 @@ def _plot(s: Thm42Settings, table: pd.DataFrame, ctx: RunContext) -> None:
             group = group.sort_values("c")
             _gradient_line(ax, group.c, group, f"θ*^{k}, T={seq_len}")
         ax.set(xlabel="construction scale c", title=f"loss -Σ y log(f + {eps:g})")
+    diagonal, general_ax = axes[-2], axes[-1]
     for eps in s.eps:
         for k in range(2, s.chain.order + 1):
             diag = _diagonal(star[star.eps == eps], k)
-            _gradient_line(axes[-1], diag["T"], diag, f"θ*^{k}, eps={eps:g}")
-    axes[-1].set(
-        xlabel="context length T (c = T/2)",
-        title="along c = T/2 (Thm. 4.2: vanishes as c = Θ(T) → ∞)",
-    )
+            _gradient_line(diagonal, diag["T"], diag, f"θ*^{k}, eps={eps:g}")
+    diagonal.set(title="along c = T/2 (Thm. 4.2: vanishes as c = Θ(T) → ∞)")
+    for k, rows in general.groupby("k"):
+        rows = rows.sort_values("T")
+        _gradient_line(general_ax, rows["T"], rows, f"θ*^{k}, eps={s.eps[-1]:g}")
+    general_ax.set(title="App. F.1's general architecture: ∇V2 along c = T/2")
+    for ax in (diagonal, general_ax):
+        ax.set(xlabel="context length T (c = T/2)")
     for ax in axes:
         ax.set(xscale="log", ylabel="population gradient norm ||E ∇L||")
-        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_yscale("symlog", linthresh=0.01 if ax is not general_ax else 1.0)
         ax.legend(fontsize=7)
     plotting.finish(
         fig,
