@@ -213,7 +213,7 @@ def test_orders_trained_as_one_ensemble_equal_their_own_trainings() -> None:
         "states": 2,
         "seeds": [0, 1],
         "per_kernel": 1,
-        "arch": {"n_embd": 8, "value_rpe": True, "init_std": 0.02},
+        "arch": {"n_embd": 8, "value_rpe": True, "mlp": "app_b1", "tied": False, "init_std": 0.02},
         "training": {"steps": 12, "batch_size": 4, "seq_len": 8, "eval_every": 4,
                      "test_sequences": 4, "test_seed": 3},
         "optim": {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 1e-3,
