@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from lightning_modules.ensemble_gpt import EnsembleGPT
 from replicate.experiments.two_layer.darch import ArchSettings, darch_config
+from replicate.training import gpt_ensemble
 
 S, T, D = 2, 16, 8
 CODE = ArchSettings(n_embd=D, value_rpe=False, mlp="code", tied=True, init_std=0.02)
@@ -55,7 +56,7 @@ def test_code_setting_has_the_authors_parameters() -> None:
 def test_code_setting_runs_the_authors_mlp() -> None:
     """Layer 1's MLP output is `MLP_new_construct` of its input, written out."""
     torch.manual_seed(0)
-    model = EnsembleGPT(darch_config(CODE, S, T, layers=2), 2).double()
+    model = gpt_ensemble(darch_config(CODE, S, T, layers=2), [0, 1]).double()
     with torch.no_grad():
         for param in model.parameters():
             param.add_(0.3 * torch.randn_like(param))  # norm weights and biases off 1 and 0
