@@ -134,7 +134,11 @@ class SeedAggregate(Strict):
     equals this number (e.g. a run class), else 0, so ``mean`` gives a fraction of seeds.
     ``only``: the claim is about the seeds `SeedFilter` keeps (an experiment's metric over
     its stuck runs, say), and the aggregate is over those; otherwise over all seeds. The
-    claim's metric must equal this aggregate (checked at evaluation).
+    claim's metric must equal this aggregate (checked at evaluation). ``call_bounds``: the
+    per-seed values rest on calls decided within noise (paper C's k-gram level calls,
+    `replicate.experiments.subngrams.stages.with_call_bounds`); the keys ``<key>.lo`` and
+    ``<key>.hi`` hold each seed's least and greatest value over the calls the noise allows,
+    and a claim whose verdict differs between the two aggregates is inconclusive.
     """
 
     pattern: str
@@ -142,6 +146,7 @@ class SeedAggregate(Strict):
     over_groups: Literal["max", "min", "mean", "sum"] | None = None
     indicator: float | None = None
     only: SeedFilter | None = None
+    call_bounds: bool = False
 
     @model_validator(mode="after")
     def _placeholders(self) -> SeedAggregate:
@@ -149,6 +154,11 @@ class SeedAggregate(Strict):
             raise ValueError("per_seed.pattern needs exactly one '{seed}'")
         if ("*" in self.pattern) != (self.over_groups is not None):
             raise ValueError("per_seed.over_groups is needed exactly when the pattern has '*'")
+        if self.call_bounds and (self.indicator is not None or self.over_seeds == "abs_mean"):
+            raise ValueError(
+                "per_seed.call_bounds needs an aggregate that is monotone in each seed's value "
+                "(no indicator, no abs_mean): the bounds' aggregates bound the claim's value"
+            )
         return self
 
 

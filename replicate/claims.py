@@ -332,6 +332,43 @@ def _seed_evidence(
     return SeedEvidence(per_seed, verdicts, interval, kind), ""
 
 
+def call_bounds(claim: Claim, metrics: dict[str, Any]) -> tuple[float, float, list[int]]:
+    """The claim's value with every seed at its ``.lo`` and at its ``.hi`` value
+    (``per_seed.call_bounds``), and the seeds whose two differ (their calls are decided by
+    noise). Raises ValueError when a bound is absent or not a finite number."""
+    assert claim.per_seed is not None
+    bounds = []
+    for end in ("lo", "hi"):
+        spec = claim.per_seed.model_copy(update={"pattern": f"{claim.per_seed.pattern}.{end}"})
+        bounds.append(seed_matrix(metrics, spec))
+    (low, seeds), (high, _) = bounds
+    undecided = [s for j, s in enumerate(seeds) if (low[:, j] != high[:, j]).any()]
+    return float(aggregate(low, claim.per_seed)), float(aggregate(high, claim.per_seed)), undecided
+
+
+def _within_call_noise(
+    claim: Claim, metrics: dict[str, Any], reference: float, tolerance: float
+) -> tuple[bool, str]:
+    """Whether the claim's verdict depends on calls decided by noise (``per_seed.call_bounds``),
+    with a note saying why; or a note saying why the bounds are unusable (then False)."""
+    if claim.per_seed is None or not claim.per_seed.call_bounds:
+        return False, ""
+    try:
+        low, high, undecided = call_bounds(claim, metrics)
+    except ValueError as exc:
+        return False, f"call bounds: {exc}"
+    if compare(low, reference, claim.comparison, tolerance) == compare(
+        high, reference, claim.comparison, tolerance
+    ):
+        return False, ""
+    seeds = ", ".join(map(str, undecided))
+    return True, (
+        f"inconclusive: the k-gram level calls of seed(s) {seeds} lie within the test loss's "
+        f"standard error of a band edge; over the calls that noise allows the value ranges "
+        f"over [{low:.4g}, {high:.4g}], where the claim can hold or fail"
+    )
+
+
 def no_subject(claim: Claim, metrics: dict[str, Any]) -> str:
     """Why a claim about some seeds (``per_seed.only``) has none at this scale, else ''.
 
@@ -411,6 +448,11 @@ def evaluate_claim(
             verdict = interval_verdict(
                 holds, evidence.interval, reference, claim.comparison, tolerance
             )
+        undecided, call_note = _within_call_noise(claim, metrics or {}, reference, tolerance)
+        if call_note and not undecided:
+            verdict, note = "missing", f"{metrics_file}: {call_note}"
+        elif undecided and verdict != "missing":
+            verdict, note = "inconclusive", call_note
     # A run that stops before the paper's effect has not tested the claim, whatever its
     # metric says (NaN included); absent outputs or metrics stay `missing`: those are faults.
     untested = not tested(claim, params, scale) and claim.metric in (metrics or {})

@@ -4,10 +4,18 @@ Every experiment writes ``provenance.json`` (a declared output): the params.yaml
 shape its outputs at the scale it ran (`recorded_inputs`). `mismatches` compares a
 recorded file with params.yaml at the active scale, so that outputs restored from elsewhere
 (``dvc checkout``, a copy) with other settings are refused by name and key (issue 11).
+
+The settings are recorded twice: validated (defaults filled in: what the run used) and as
+written in params.yaml (`SETTINGS_AS_WRITTEN`). When those written now equal the recorded
+ones, the validated settings are equal too and the comparison skips validating them, which
+imports the experiment's module (torch, Lightning: seconds; issue 23, the record step). A
+change of a default in the code is then not seen here, but the outputs are older than that
+code, which Snakemake and the record step (`replicate.record`) see by their times.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,20 +24,31 @@ from typing import Any
 from replicate import io
 from replicate.params import PROVENANCE_FILE, Params
 
+SETTINGS_AS_WRITTEN = "settings_as_written"
+"""provenance.json's key for the experiment's settings as params.yaml writes them."""
 
-def recorded_inputs(name: str, params: Params) -> dict[str, Any]:
-    """The values of `Params.input_keys` for experiment ``name``, as provenance.json holds
-    them: ``scale``, ``runtime``, ``settings`` (validated, defaults filled in) and one entry
-    per shared section the experiment reads."""
+
+def _shared_inputs(name: str, params: Params) -> dict[str, Any]:
+    """Every recorded input but the validated settings."""
     entry = params.experiment(name)
     return {
         "experiment": name,
         "scale": params.scale,
         "runtime": params.raw.runtime.model_dump(mode="json"),
-        "settings": params.settings(name).model_dump(mode="json"),
+        SETTINGS_AS_WRITTEN: copy.deepcopy(entry.settings[params.scale]),
         **{
             section: getattr(params.raw, section).model_dump(mode="json") for section in entry.reads
         },
+    }
+
+
+def recorded_inputs(name: str, params: Params) -> dict[str, Any]:
+    """The values of `Params.input_keys` for experiment ``name``, as provenance.json holds
+    them: ``scale``, ``runtime``, ``settings`` (validated, defaults filled in), the settings
+    as written (`SETTINGS_AS_WRITTEN`) and one entry per shared section the experiment
+    reads."""
+    return _shared_inputs(name, params) | {
+        "settings": params.settings(name).model_dump(mode="json")
     }
 
 
@@ -58,8 +77,14 @@ def mismatches(name: str, params: Params, root: Path = Path(".")) -> list[str]:
 
 def differences(name: str, params: Params, recorded: Mapping[str, Any]) -> list[str]:
     """One message per key where a parsed provenance.json differs from params.yaml at the
-    active scale (see `mismatches`)."""
-    inputs = recorded_inputs(name, params)
+    active scale (see `mismatches`); the settings as written are compared only to skip
+    validating the settings when they are equal (module docstring)."""
+    inputs = _shared_inputs(name, params)
+    if recorded.get(SETTINGS_AS_WRITTEN) == inputs[SETTINGS_AS_WRITTEN]:
+        inputs["settings"] = recorded.get("settings")
+    else:
+        inputs["settings"] = params.settings(name).model_dump(mode="json")
+    del inputs[SETTINGS_AS_WRITTEN]
     want = _flatten(inputs, "")
     have = _flatten({k: recorded.get(k) for k in inputs}, "")
     return [

@@ -19,6 +19,7 @@ class Strict(BaseModel):
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0.0)]
 OpenUnit = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 

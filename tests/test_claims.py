@@ -409,6 +409,61 @@ def test_fewer_than_four_seeds_give_their_range_and_more_a_bootstrap(
     assert "; 95% bootstrap [" in render_report([r], params, tmp_path)
 
 
+FRACTION = {  # a "ge" claim over seeds: the fraction of stage-wise seeds >= 0.6
+    "metric": "p0.5_q0.8/untied/frac_stagewise",
+    "comparison": "ge",
+    "reference": 0.6,
+    "tolerance": {"paper": 0.0, "ci": 0.0},
+    "per_seed": {
+        "pattern": "p0.5_q0.8/untied/seed{seed}/stagewise",
+        "over_seeds": "mean",
+        "call_bounds": True,
+    },
+}
+
+
+def _stagewise(values: list[float], low: list[float], high: list[float]) -> dict:
+    key = "p0.5_q0.8/untied/seed{}/stagewise"
+    metrics = {"p0.5_q0.8/untied/frac_stagewise": sum(values) / len(values)}
+    for s, (v, lo, hi) in enumerate(zip(values, low, high, strict=True)):
+        metrics |= {key.format(s): v, f"{key.format(s)}.lo": lo, f"{key.format(s)}.hi": hi}
+    return metrics
+
+
+def test_a_verdict_that_rests_on_calls_within_noise_is_inconclusive(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """Issue 19, item 4: all 3 seeds are stage-wise (1 >= 0.6). When seed 2's level call is
+    within the noise (its .lo is 0) the fraction ranges over [0.67, 1] and still holds; when
+    seeds 1 and 2's are, it ranges over [0.33, 1]: inconclusive, naming both seeds. Bounds
+    absent: missing, naming what is absent."""
+    params = _seed_params(tmp_path, params_dict, FRACTION)
+    _write_outputs(tmp_path, _stagewise([1, 1, 1], [1, 1, 1], [1, 1, 1]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "holds" and "noise" not in r.note
+    _write_outputs(tmp_path, _stagewise([1, 1, 1], [1, 1, 0], [1, 1, 1]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "holds"
+    _write_outputs(tmp_path, _stagewise([1, 1, 1], [1, 0, 0], [1, 1, 1]))
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "inconclusive" and r.point_verdict == "holds"
+    assert "seed(s) 1, 2 lie within the test loss's standard error" in r.note
+    assert "[0.3333, 1]" in r.note
+    metrics = _stagewise([1, 1, 1], [1, 1, 1], [1, 1, 1])
+    _write_outputs(tmp_path, {k: v for k, v in metrics.items() if not k.endswith(".lo")})
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "missing" and "call bounds: no metric matches" in r.note
+
+
+def test_call_bounds_need_a_monotone_aggregate() -> None:
+    from replicate.claim_files import SeedAggregate
+
+    with pytest.raises(ValueError, match="monotone"):
+        SeedAggregate(pattern="a/seed{seed}/x", over_seeds="abs_mean", call_bounds=True)
+    with pytest.raises(ValueError, match="monotone"):
+        SeedAggregate(pattern="a/seed{seed}/x", over_seeds="sum", indicator=1.0, call_bounds=True)
+
+
 def test_seed_range_of_a_sum_is_over_one_seed_repeated() -> None:
     """A sum over 3 seeds of 1 each is 3, and so is every one-seed resample (A4.3)."""
     from replicate.claim_files import SeedAggregate

@@ -8,6 +8,7 @@ import pytest
 from replicate.analysis import (
     assign_level,
     detect_plateaus,
+    level_calls,
     running_median,
     transitions,
 )
@@ -125,6 +126,36 @@ BASE = [1.5, 1.25, 1.0, 0.5]  # bands: k=1 [1.375, 1.52], k=2 [1.125, 1.27], k=3
 )
 def test_assign_level_band_edges(level: float, expected: int | None) -> None:
     assert assign_level(level, BASE) == expected
+
+
+@pytest.mark.parametrize("base", [[1.62559, 1.61115, 1.43261], [1.0, 0.99, 0.5], BASE])
+@pytest.mark.parametrize("width", [0.0, 0.001, 0.0043, 0.02])
+def test_level_calls_equal_the_calls_on_a_dense_grid(base: list[float], width: float) -> None:
+    """Issue 19, item 4: the orders within +-width of a level, against `assign_level` read on
+    a grid of 2,001 points of [level - width, level + width] (the grid may step over an
+    interval of one order narrower than its spacing: then it finds fewer)."""
+    for level in np.linspace(base[-1] - 0.1, base[0] + 0.1, 53):
+        calls = level_calls(level, base, width)
+        grid = {assign_level(x, base) for x in np.linspace(level - width, level + width, 2001)}
+        assert grid <= calls
+        assert calls == grid or (width > 0 and len(calls) > len(grid))
+        assert assign_level(level, base) in calls
+
+
+def test_a_level_call_within_the_standard_error_of_a_band_edge_is_not_firm() -> None:
+    """Issue 19, item 4, on paper C Fig. 3's ci levels: seed 1's plateau at 1.62115 is in
+    both the unigram and the bigram band and 0.0028 above the point (b_1 + b_2) / 2 =
+    1.61837 where the nearest baseline changes; it is called a unigram plateau by that
+    margin, against a test-set standard error of 0.0043. Seed 3's at 1.63408 is firm."""
+    base = [1.62559, 1.61115, 1.43261]
+    assert assign_level(1.62115, base) == 1
+    assert level_calls(1.62115, base, 0.0) == {1}
+    assert level_calls(1.62115, base, 0.0043) == {1, 2}
+    assert level_calls(1.63408, base, 0.0043) == {1}
+    assert level_calls(1.56, base, 0.0043) == {2}
+    assert level_calls(1.4826, base, 0.0043) == {3, None}
+    with pytest.raises(ValueError, match="width"):
+        level_calls(1.5, base, -0.1)
 
 
 def test_assign_level_overlapping_bands_take_the_nearest_baseline() -> None:

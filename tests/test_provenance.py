@@ -6,7 +6,12 @@ from pathlib import Path
 
 from replicate import claims, io
 from replicate.config import load_params
-from replicate.provenance import PROVENANCE_FILE, mismatches, recorded_inputs
+from replicate.provenance import (
+    PROVENANCE_FILE,
+    SETTINGS_AS_WRITTEN,
+    mismatches,
+    recorded_inputs,
+)
 
 from .conftest import REPO
 from .test_claims import _stuck
@@ -35,6 +40,7 @@ def test_other_settings_are_named_and_their_claims_missing(tmp_path: Path) -> No
     params = load_params(REPO / "params.yaml")
     other = recorded_inputs(NAME, params)
     other["settings"]["training"]["steps"] += 1
+    other[SETTINGS_AS_WRITTEN]["training"]["steps"] += 1
     other["classification"]["bigram_kappa_min"] = 0.5
     _outputs(tmp_path, other)
     found = mismatches(NAME, params, tmp_path)
@@ -53,3 +59,29 @@ def test_unreadable_provenance_is_a_mismatch(tmp_path: Path) -> None:
     (directory / PROVENANCE_FILE).write_text("{")
     (message,) = mismatches(NAME, params, tmp_path)
     assert "cannot be read" in message and NAME in message
+
+
+def test_settings_are_validated_only_when_those_written_changed(tmp_path: Path) -> None:
+    """Issue 23 (the record step): equal settings as written stand for equal validated
+    settings, so the recorded ones are taken without importing the experiment's module; when
+    what is written differs, or a provenance.json from before it was recorded lacks it, the
+    validated settings are compared."""
+    params = load_params(REPO / "params.yaml", only=[NAME])
+    recorded = recorded_inputs(NAME, params)
+    assert recorded[SETTINGS_AS_WRITTEN] == params.experiment(NAME).settings[params.scale]
+    recorded[SETTINGS_AS_WRITTEN]["seeds"] = [7]  # a copy, not params' own dict
+    assert params.experiment(NAME).settings[params.scale]["seeds"] != [7]
+    recorded = recorded_inputs(NAME, params)
+    stale = recorded | {"settings": {**recorded["settings"], "seeds": [99]}}
+    _outputs(tmp_path, stale)
+    assert mismatches(NAME, params, tmp_path) == []  # trusted: written settings are equal
+    written = {**recorded[SETTINGS_AS_WRITTEN], "seeds": [99]}
+    _outputs(tmp_path, stale | {SETTINGS_AS_WRITTEN: written})
+    (message,) = mismatches(NAME, params, tmp_path)
+    assert "settings.seeds = [99]" in message
+    older = {k: v for k, v in recorded.items() if k != SETTINGS_AS_WRITTEN}
+    _outputs(tmp_path, older)
+    assert mismatches(NAME, params, tmp_path) == []
+    _outputs(tmp_path, {k: v for k, v in stale.items() if k != SETTINGS_AS_WRITTEN})
+    (message,) = mismatches(NAME, params, tmp_path)
+    assert "settings.seeds = [99]" in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -15,9 +16,10 @@ from replicate.experiments.subngrams.stages import (
     masses_of,
     max_rise,
     stages,
+    with_call_bounds,
 )
 
-SETTINGS = StageSettings(rho=0.05, threshold=0.4, dominance=2.0, reference_steps=4000)
+SETTINGS = StageSettings(rho=0.05, threshold=0.4, dominance=2.0, reference_steps=4000, call_se=1.0)
 LEVELS = [1.58, 1.51, 1.26]  # b_1 > b_2 > b_3, as paper C's Fig. 6 setting
 
 
@@ -32,7 +34,7 @@ def _curve() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_two_stage_curve_is_stagewise_with_a_gradient_spike() -> None:
     steps, loss, grad = _curve()
-    stage = stages(steps, loss, LEVELS, SETTINGS)
+    stage = stages(steps, loss, LEVELS, SETTINGS, 0.0)
     assert stage.orders == [2, 3] and stagewise(stage, 3)
     assert stage.second_plateau(3) is stage.plateaus[0]
     values = gradient_metrics(steps, stage, grad, grad)
@@ -48,8 +50,10 @@ def test_second_plateau_is_the_first_below_the_ngram_level_not_the_longest() -> 
     steps = np.arange(0, 16385, 64, dtype=float)
     escape = 1.60 + 0.032 / (1 + np.exp((steps - 5500) / 60))  # 1.632 -> 1.600 at ~5,500
     loss = escape + 0.06 * np.exp(-steps / 150)
-    settings = StageSettings(rho=0.05, threshold=0.4, dominance=2.0, reference_steps=16384)
-    stage = stages(steps, loss, [1.626, 1.611, 1.433], settings)
+    settings = StageSettings(
+        rho=0.05, threshold=0.4, dominance=2.0, reference_steps=16384, call_se=0.0
+    )
+    stage = stages(steps, loss, [1.626, 1.611, 1.433], settings, 0.0043)
     assert len(stage.plateaus) == 2 and 3 not in stage.orders
     first, after = stage.plateaus
     assert after.t1 - after.t0 > first.t1 - first.t0  # the spec's "longest" would be `after`
@@ -57,12 +61,34 @@ def test_second_plateau_is_the_first_below_the_ngram_level_not_the_longest() -> 
     assert abs(first.level - 1.632) < 0.002
 
 
+def test_a_call_within_the_noise_gives_every_reading_and_bounds_the_claims() -> None:
+    """Issue 19, item 4: the curve's plateaus (1.50 and 1.29) lie 0.01 and more from every
+    band edge and midpoint of b = (1.58, 1.51, 1.26), so a noise of 0.005 leaves both calls
+    firm, while a noise of 0.1 reaches other bands. Readings: one per combination of the
+    possible orders; bounds: the least and greatest value of a per-seed measure over them;
+    call_se = 0 ignores the noise."""
+    steps, loss, _ = _curve()
+    firm = stages(steps, loss, LEVELS, SETTINGS, 0.005)
+    assert firm.calls == [frozenset({2}), frozenset({3})] and len(list(firm.readings())) == 1
+    loose = stages(steps, loss, LEVELS, SETTINGS, 0.1)
+    assert loose.orders == firm.orders and all(len(c) > 1 for c in loose.calls)
+    readings = list(loose.readings())
+    assert len(readings) == len(loose.calls[0]) * len(loose.calls[1])
+    assert {tuple(r.orders) for r in readings} == set(itertools.product(*loose.calls))
+    values = with_call_bounds(loose, lambda r: {"stagewise": float(stagewise(r, 3))}, ["stagewise"])
+    assert values == {"stagewise": 1.0, "stagewise.lo": 0.0, "stagewise.hi": 1.0}
+    values = with_call_bounds(firm, lambda r: {"stagewise": float(stagewise(r, 3))}, ["stagewise"])
+    assert values == {"stagewise": 1.0, "stagewise.lo": 1.0, "stagewise.hi": 1.0}
+    unscaled = StageSettings(**(SETTINGS.model_dump() | {"call_se": 0.0}))
+    assert stages(steps, loss, LEVELS, unscaled, 0.1).calls == firm.calls
+
+
 def test_spike_factor_tells_a_gradient_spike_from_noise() -> None:
     """F6b (issue 19 item 5): on a noisy gradient norm without a spike, g_med / g_max is
     already well below 0.8, so it cannot tell a spike from noise; the spike factor is ~1
     there and large where the norm peaks at the transition."""
     steps, loss, grad = _curve()
-    stage = stages(steps, loss, LEVELS, SETTINGS)
+    stage = stages(steps, loss, LEVELS, SETTINGS, 0.0)
     noise = 0.02 * np.exp(np.random.default_rng(0).normal(0.0, 0.5, steps.shape))
     assert gradient_metrics(steps, stage, noise, noise)["grad_ratio"] < 0.8
     assert 0.7 < gradient_metrics(steps, stage, noise, noise)["grad_spike_factor"] < 1.3
@@ -73,7 +99,7 @@ def test_spike_factor_tells_a_gradient_spike_from_noise() -> None:
 def test_unordered_baselines_assign_nothing_and_no_transition_gives_nan() -> None:
     steps, loss, grad = _curve()
     flat = np.full_like(loss, 1.5)
-    stage = stages(steps, flat, [1.5, 1.6, 1.2], SETTINGS)  # a tiny test set: not decreasing
+    stage = stages(steps, flat, [1.5, 1.6, 1.2], SETTINGS, 0.005)  # a tiny test set: not decreasing
     assert all(o is None for o in stage.orders)
     values = gradient_metrics(steps, stage, grad, grad)
     assert math.isnan(values["grad_ratio"]) and math.isnan(values["grad_spike_factor"])

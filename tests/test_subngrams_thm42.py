@@ -17,6 +17,7 @@ from replicate.experiments.subngrams.thm42 import (
     _vanishing_along_diagonal,
     general_limit_error,
     general_table,
+    gradient_sets,
 )
 
 
@@ -69,7 +70,7 @@ def test_general_architecture_rows_follow_the_diagonal() -> None:
     k >= 2, at c = T/2, with a positive V2 gradient and a floor; and the c = 40 output is
     theta_*^k's limit through the log MLP."""
     s = _settings(seq_lens=[8, 16], diagonal_seq_lens=[32], sequences=256, chunks=16)
-    table = general_table(s)
+    table = general_table(s, gradient_sets(s))
     assert list(zip(table["T"], table.k, table.c, strict=True)) == [
         (8, 2, 4.0), (8, 3, 4.0), (16, 2, 8.0), (16, 3, 8.0), (32, 2, 16.0), (32, 3, 16.0)
     ]  # fmt: skip

@@ -28,6 +28,7 @@ from replicate.analysis.plateaus import (
     Transition,
     assign_level,
     detect_plateaus,
+    level_calls,
     running_median,
     transitions,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "head_on_offset",
     "kgram_counts",
     "kgram_estimate",
+    "level_calls",
     "match_matrix",
     "matched_mass",
     "matched_mass_chance",

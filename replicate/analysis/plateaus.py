@@ -149,3 +149,40 @@ def assign_level(
         or (k == len(b) and level <= b[k - 1] + final_margin)
     ]
     return min(matches, key=lambda k: (abs(level - b[k - 1]), k), default=None)
+
+
+def level_calls(
+    level: float,
+    baselines: Sequence[float],
+    width: float,
+    *,
+    lower_fraction: float = 0.5,
+    upper_margin: float = 0.02,
+    final_margin: float = 0.05,
+) -> set[int | None]:
+    """Every order `assign_level` gives some level in [level - width, level + width].
+
+    One element: the call is firm. More: the level lies within ``width`` (the test set's
+    standard error, say) of a band edge or of the point where the nearest b_k changes, so
+    the call is decided by noise (issue 19, item 4). The assignment is constant between the
+    band edges and the midpoints (b_i + b_j) / 2, so it is read at the interval's ends and
+    on both sides of every such point inside it.
+    """
+    if width < 0:
+        raise ValueError(f"width must be >= 0, got {width}")
+    band = {
+        "lower_fraction": lower_fraction,
+        "upper_margin": upper_margin,
+        "final_margin": final_margin,
+    }
+    b = [float(x) for x in baselines]
+    n = len(b)
+    edges = [b[k] - lower_fraction * (b[k] - b[k + 1]) for k in range(n - 1)]
+    edges += [b[k] + upper_margin for k in range(n - 1)] + [b[-1] + final_margin]
+    edges += [(x + y) / 2 for x, y in itertools.combinations(b, 2)]
+    lo, hi = level - width, level + width
+    points = [lo, level, hi]
+    for x in edges:
+        if lo < x < hi:
+            points += [np.nextafter(x, -np.inf), x, np.nextafter(x, np.inf)]
+    return {assign_level(x, b, **band) for x in points}

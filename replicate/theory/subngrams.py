@@ -230,19 +230,18 @@ class GeneralConstruction(nn.Module):
 
     V2 multiplies r2 = sum_i a(i, T-1) r1[i], which lies in the span of block 0's tokens
     and positions and blocks 1..k-1's tokens: the parameter holds V2's columns on that span,
-    (E, S, S + T + (k-1) S) in that order; V2's other columns meet zeros and get zero
-    gradient, so the gradient norm is the full V2's. ``tokens`` (E, B, T) -> (E, B, S).
+    (1, S, S + T + (k-1) S) in that order (one ensemble member, as the population-gradient
+    estimator expects); V2's other columns meet zeros and get zero gradient, so the gradient
+    norm is the full V2's. ``tokens`` (1, B, T) -> (1, B, S).
     """
 
-    def __init__(
-        self, states: int, seq_len: int, k: int, c: float, log_eps: float, members: int = 1
-    ) -> None:
+    def __init__(self, states: int, seq_len: int, k: int, c: float, log_eps: float) -> None:
         super().__init__()
         if k < 1 or seq_len <= k:
             raise ValueError(f"need 1 <= k < T, got k = {k}, T = {seq_len}")
         self.states, self.seq_len, self.k, self.c, self.log_eps = states, seq_len, k, c, log_eps
         width = states + seq_len + (k - 1) * states
-        v2 = torch.zeros(members, states, width, dtype=torch.float64)
+        v2 = torch.zeros(1, states, width, dtype=torch.float64)
         v2[:, :, :states] = torch.eye(states, dtype=torch.float64)
         self.V2 = nn.Parameter(v2)
 

@@ -169,6 +169,14 @@ def kgram_levels(table: pd.DataFrame) -> np.ndarray:
     return contiguous.loss.to_numpy()
 
 
+def level_noise(table: pd.DataFrame) -> float:
+    """The standard error of a loss on this test set: the largest Monte-Carlo standard error
+    of the k-gram losses b_1..b_n of `history_losses` (spec C §4.6 puts it at about 0.005
+    nats at 2^12 sequences). A model's loss on the same sequences has a spread like theirs;
+    a plateau level closer than this to a band edge is called by noise (issue 19, item 4)."""
+    return float(table[table.k > 0]["sem"].max())
+
+
 # ----------------------------------------------------------------------------- training
 class TrainingSettings(settings.TrainingSettings):
     """Steps, batch and evaluation cadence (spec C §2.4, §4.0); ``seq_len`` is T."""

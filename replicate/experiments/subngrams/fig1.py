@@ -24,22 +24,26 @@ from replicate.experiments.subngrams.common import (
     curves_frame,
     history_losses,
     kgram_levels,
+    level_noise,
     member_test_set,
     train_simplified,
 )
 from replicate.experiments.subngrams.fig6 import plot_loss_and_gradient
 from replicate.experiments.subngrams.stages import (
+    Stages,
     StageSettings,
     heads_on,
     mass_probe,
     max_rise,
     midpoint_index,
     stages,
+    with_call_bounds,
 )
 from replicate.settings import Strict
 
-PLATEAU_COLUMNS = ("seed", "t0", "t1", "level", "order", "head_lags")
-"""plateaus.csv: one row per plateau found (none when no stretch lasts rho t_ref steps)."""
+PLATEAU_COLUMNS = ("seed", "t0", "t1", "level", "order", "orders_within_noise", "head_lags")
+"""plateaus.csv: one row per plateau found (none when no stretch lasts rho t_ref steps);
+``orders_within_noise`` every order a level within the call width gets (`level_calls`)."""
 
 
 class Fig1Settings(Strict):
@@ -52,6 +56,37 @@ class Fig1Settings(Strict):
     stage: StageSettings
 
 
+CALLED = ("strict_stages", "reduced_stages")
+"""The per-seed values that rest on the plateaus' k-gram order calls (`with_call_bounds`)."""
+
+
+def stage_calls(stage: Stages) -> dict[str, float]:
+    """F1a's and F1b's per-seed values from one reading of the plateaus' orders."""
+    orders = [o for o in stage.orders if o is not None]
+    inter = [o for o in stage.orders[:-1] if o is not None]
+    final = stage.final_order
+    return {
+        "plateaus": float(len(stage.plateaus)),
+        "intermediate": float(len(stage.intermediate)),
+        # spec C §4.1 F1a: >= 2 intermediate plateaus, assigned orders strictly
+        # increasing, 2 and 3 among them (a 2-lag history of any lags sits at b_3)
+        "strict_stages": float(
+            len(stage.intermediate) >= 2
+            and all(a < b for a, b in itertools.pairwise(orders))
+            and {2, 3} <= set(orders)
+        ),
+        # spec C §5 (ci): >= 1 intermediate plateau at k >= 2, the last at k >= 3,
+        # assigned orders never decreasing
+        "reduced_stages": float(
+            any(o >= 2 for o in inter)
+            and final is not None
+            and final >= 3
+            and all(a <= b for a, b in itertools.pairwise(orders))
+        ),
+        "first_order": float(stage.orders[0] or math.inf) if stage.plateaus else math.inf,
+    }
+
+
 def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     """Fig. 1: plateaus at the k-gram losses in increasing k (F1a-F1d)."""
     trained = train_simplified(
@@ -61,38 +96,19 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     refs = history_losses(member_test_set(trained), s.chain, s.eps)
     levels = kgram_levels(refs)
     metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
+    noise = level_noise(refs)
     rows, per_seed = [], []
     for i, seed in enumerate(s.seeds):
-        stage = stages(steps, losses[i], levels, s.stage)
-        orders = [o for o in stage.orders if o is not None]
-        inter = [o for o in stage.orders[:-1] if o is not None]
-        final = stage.final_order
-        values = {
-            "plateaus": float(len(stage.plateaus)),
-            "intermediate": float(len(stage.intermediate)),
-            # spec C §4.1 F1a: >= 2 intermediate plateaus, assigned orders strictly
-            # increasing, 2 and 3 among them (a 2-lag history of any lags sits at b_3)
-            "strict_stages": float(
-                len(stage.intermediate) >= 2
-                and all(a < b for a, b in itertools.pairwise(orders))
-                and {2, 3} <= set(orders)
-            ),
-            # spec C §5 (ci): >= 1 intermediate plateau at k >= 2, the last at k >= 3,
-            # assigned orders never decreasing
-            "reduced_stages": float(
-                any(o >= 2 for o in inter)
-                and final is not None
-                and final >= 3
-                and all(a <= b for a, b in itertools.pairwise(orders))
-            ),
-            "first_order": float(stage.orders[0] or math.inf) if stage.plateaus else math.inf,
+        stage = stages(steps, losses[i], levels, s.stage, noise)
+        values = with_call_bounds(stage, stage_calls, CALLED)
+        values |= {
             "max_rise": max_rise(losses[i]),
             "final_minus_bayes": float(losses[i, -1] - levels[-1]),
             "final_loss": float(losses[i, -1]),
         }
         per_seed.append(values)
         metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
-        for p, order in zip(stage.plateaus, stage.orders, strict=True):
+        for p, order, calls in zip(stage.plateaus, stage.orders, stage.calls, strict=True):
             lags = sorted(heads_on(masses[i, midpoint_index(steps, p)], s.stage) - {0})
             rows.append(
                 {
@@ -101,6 +117,7 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
                     "t1": p.t1,
                     "level": p.level,
                     "order": order,
+                    "orders_within_noise": " ".join(sorted(str(o or "none") for o in calls)),
                     "head_lags": " ".join(map(str, lags)),
                 }
             )

@@ -28,6 +28,7 @@ from replicate.experiments.subngrams.common import (
     history_losses,
     kgram_levels,
     kgram_lines,
+    level_noise,
     member_test_set,
     train_simplified,
 )
@@ -68,12 +69,13 @@ def seed_metrics(
     pop_grad: np.ndarray,
     distances: np.ndarray,
     levels: np.ndarray,
+    noise: float,
     s: StageSettings,
 ) -> Metrics:
     """F3a-F3e for one seed; masses (n, H, len(OFFSETS)), distances (n, orders, 2) from
     `estimator_distances`. The plateau of F3b-F3c is the paper's second plateau, the first one
     below the n-gram level (`Stages.second_plateau`; the run may end on it: the switch is slow)."""
-    stage = stages(steps, loss, levels, s)
+    stage = stages(steps, loss, levels, s, noise)
     second = stage.second_plateau(len(levels))
     one, two = OFFSETS.index(1), OFFSETS.index(2)
     out: Metrics = {
@@ -102,6 +104,8 @@ def seed_metrics(
         "plateau_t0": second.t0,
         "plateau_t1": second.t1,
         "plateau_order": float(stage.orders[stage.plateaus.index(second)] or 0),
+        # 0: a level within the test loss's noise would get another order (`level_calls`)
+        "plateau_order_firm": float(len(stage.calls[stage.plateaus.index(second)]) == 1),
         "plateau_bigram_only": float(1 in on and not any(d >= 2 for d in on)),
         "plateau_both_heads_m1": float((mid[:, one] >= s.threshold).all()),
         "plateau_margin_1_over_2": float(mid[:, one].max() - mid[:, two].max()),
@@ -125,7 +129,7 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
     attention = trained.probes["attention"]  # (E, n, H, T, T)
     masses = masses_of(torch.tensor(attention))  # (E, n, H, len(OFFSETS))
     refs = history_losses(member_test_set(trained), s.chain, s.eps)
-    levels = kgram_levels(refs)
+    levels, noise = kgram_levels(refs), level_noise(refs)
     pop = (
         trained.population_grad_norm
         if s.training.gradset_sequences
@@ -134,7 +138,15 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
     distances = trained.probes["distances"]  # (E, n, orders, 2)
     per_seed = {
         seed: seed_metrics(
-            s.marked_steps[0], steps, losses[i], masses[i], pop[i], distances[i], levels, s.stage
+            s.marked_steps[0],
+            steps,
+            losses[i],
+            masses[i],
+            pop[i],
+            distances[i],
+            levels,
+            noise,
+            s.stage,
         )
         for i, seed in enumerate(s.seeds)
     }
@@ -145,6 +157,7 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
             "test_loss": torch.tensor(losses),
             "attention": torch.tensor(attention),
             "levels": torch.tensor(levels),
+            "level_noise": noise,
         },
         "histories.pt",
     )

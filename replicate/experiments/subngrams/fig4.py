@@ -10,14 +10,16 @@ over a fixed set of test sequences (spec C §4.0).
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lightning_modules import LastTokenLawCE
 from replicate import plotting
+from replicate.analysis import Plateau
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
     ChainSettings,
@@ -27,6 +29,7 @@ from replicate.experiments.subngrams.common import (
     history_losses,
     kgram_levels,
     kgram_lines,
+    level_noise,
     member_test_set,
     train,
 )
@@ -41,8 +44,10 @@ from replicate.experiments.subngrams.stages import (
     Stages,
     StageSettings,
     heads_on,
+    index_at,
     midpoint_index,
     stages,
+    with_call_bounds,
 )
 from replicate.settings import PositiveInt, Strict
 from replicate.training import TrainedEnsemble, gpt_ensemble
@@ -65,6 +70,17 @@ class Fig4Settings(Strict):
     eps: Annotated[float, Field(gt=0.0)]
     probe_sequences: PositiveInt  # test sequences the attention masses average over
     stage: StageSettings
+    # the paper's highlighted step on the bigram plateau, per embedding (spec C §4.5 [F]:
+    # the notebook's markers t = 30, 300, 800 one-hot and 50, 200, 800 learned): F4b reads
+    # the heads there when the detector finds no bigram plateau (issue 19, item 4)
+    marked_steps: dict[Embedding, PositiveInt]
+
+    @model_validator(mode="after")
+    def _a_marked_step_per_embedding(self) -> Fig4Settings:
+        missing = [e for e in self.embeddings if e not in self.marked_steps]
+        if missing:
+            raise ValueError(f"marked_steps has no step for embeddings {missing}")
+        return self
 
 
 def train_general(
@@ -95,10 +111,40 @@ def train_general(
     )
 
 
-def order_plateau(stage: Stages, order: int):
+def order_plateau(stage: Stages, order: int) -> Plateau | None:
     """The longest intermediate plateau assigned to ``order``, or None."""
     found = [p for p, o in zip(stage.intermediate, stage.orders, strict=False) if o == order]
     return max(found, key=lambda p: p.t1 - p.t0, default=None)
+
+
+CALLED = (CLAIMED["F4a"], CLAIMED["F4b"], CLAIMED["F4d"], "b_read_at_marked_step")
+"""The per-seed values that rest on the plateaus' k-gram order calls (`with_call_bounds`)."""
+
+
+def seed_values(
+    stage: Stages, steps: np.ndarray, masses: np.ndarray, marked_step: int, s: StageSettings
+) -> dict[str, float]:
+    """F4a-F4d of one member from one reading of its plateaus' orders; masses (n, H, .).
+
+    F4b reads the heads at the middle of the bigram plateau (spec C §4.5) or, when the
+    detector finds none, at the paper's highlighted step on it (``marked_step``): the heads'
+    claim is then tested on its own, the plateau's is F4a's (issue 19, item 4)."""
+    bigram = order_plateau(stage, 2)
+    read = midpoint_index(steps, bigram) if bigram else index_at(steps, marked_step)
+    on_read = heads_on(masses[read], s)
+    values = {
+        CLAIMED["F4a"]: float(bigram is not None and stage.final_order == 3),
+        CLAIMED["F4b"]: float(1 in on_read and not any(d >= 2 for d in on_read)),
+        CLAIMED["F4c"]: float({1, 2} <= heads_on(masses[-1], s)),
+        "b_read_step": float(steps[read]),
+        "b_read_at_marked_step": float(bigram is None),
+        "bigram_level": bigram.level if bigram else math.nan,
+        # the largest m_h(1) where F4b reads the heads, beside the head threshold
+        "bigram_max_mass_minus1": float(masses[read][:, OFFSETS.index(1)].max()),
+    }
+    parts = (CLAIMED["F4a"], CLAIMED["F4b"], CLAIMED["F4c"])
+    values[CLAIMED["F4d"]] = float(all(values[k] == 1.0 for k in parts))
+    return values
 
 
 def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
@@ -113,27 +159,16 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
         )  # fmt: skip
         steps, losses, masses = trained.eval_steps, trained.test_loss, trained.probes["masses"]
         refs = history_losses(member_test_set(trained), s.chain, s.eps)
-        levels = kgram_levels(refs)
+        levels, noise = kgram_levels(refs), level_noise(refs)
         metrics |= {f"{embedding}/kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
         for i, seed in enumerate(s.seeds):
-            stage = stages(steps, losses[i], levels, s.stage)
-            bigram = order_plateau(stage, 2)
-            mid = masses[i, midpoint_index(steps, bigram)] if bigram else None
-            on_mid = heads_on(mid, s.stage) if mid is not None else set()
-            on_end = heads_on(masses[i, -1], s.stage)
-            values = {
-                "a_bigram_then_trigram": float(bigram is not None and stage.final_order == 3),
-                "b_bigram_heads": float(1 in on_mid and not any(d >= 2 for d in on_mid)),
-                "c_final_heads_1_2": float({1, 2} <= on_end),
-                "bigram_level": bigram.level if bigram else math.nan,
-                # the largest m_h(1) at the plateau's midpoint, beside the head threshold
-                "bigram_max_mass_minus1": (
-                    float(mid[:, OFFSETS.index(1)].max()) if mid is not None else math.nan
-                ),
-                "final_loss": float(losses[i, -1]),
-            }
-            parts = (CLAIMED["F4a"], CLAIMED["F4b"], CLAIMED["F4c"])
-            values["all_of_a_c"] = float(all(values[k] == 1.0 for k in parts))
+            stage = stages(steps, losses[i], levels, s.stage, noise)
+            marked = s.marked_steps[embedding]
+            measure = partial(
+                seed_values, steps=steps, masses=masses[i], marked_step=marked, s=s.stage
+            )
+            values = with_call_bounds(stage, measure, CALLED)
+            values["final_loss"] = float(losses[i, -1])
             metrics |= {f"{embedding}/seed{seed}/{k}": v for k, v in values.items()}
             curves += [
                 {"embedding": embedding, "seed": seed, "step": int(t), "test_loss": float(loss)}

@@ -34,7 +34,8 @@ class Fig5Settings(Strict):
 
 
 def upstream_histories(ctx: RunContext) -> dict:
-    """What Fig. 3 saved: seeds, steps, test loss, first-layer maps, k-gram levels."""
+    """What Fig. 3 saved: seeds, steps, test loss, first-layer maps, k-gram levels and the
+    test loss's standard error."""
     path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "histories.pt"
     return torch.load(path, weights_only=True)
 
@@ -50,7 +51,7 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
     one, two = OFFSETS.index(1), OFFSETS.index(2)
     rows, maps = [], []
     for i, seed in enumerate(saved["seeds"]):
-        stage = stages(steps, losses[i], levels, s.stage)
+        stage = stages(steps, losses[i], levels, s.stage, saved["level_noise"])
         second = stage.second_plateau(len(levels))
         t1 = first_step_on(steps, masses[i], 1, s.stage)
         t2 = first_step_on(steps, masses[i], 2, s.stage)

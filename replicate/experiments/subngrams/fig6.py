@@ -24,6 +24,7 @@ from replicate.experiments.subngrams.common import (
     history_losses,
     kgram_levels,
     kgram_lines,
+    level_noise,
     member_test_set,
     train_simplified,
 )
@@ -37,6 +38,7 @@ from replicate.experiments.subngrams.stages import (
     peak_distance,
     spike_factor,
     stages,
+    with_call_bounds,
 )
 from replicate.settings import Strict
 
@@ -98,15 +100,17 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
     grads, pop = trained.grad_norm, trained.population_grad_norm
     masses = trained.probes["masses"]
     refs = history_losses(member_test_set(trained), s.chain, s.eps)
-    levels = kgram_levels(refs)
+    levels, noise = kgram_levels(refs), level_noise(refs)
     metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
     per_seed = []
     for i, seed in enumerate(s.seeds):
-        stage = stages(steps, losses[i], levels, s.stage)
+        stage = stages(steps, losses[i], levels, s.stage, noise)
         values = gradient_metrics(steps, stage, grads[i], pop[i])
         longest = stage.longest_intermediate()
+        values |= with_call_bounds(
+            stage, lambda r: {"stagewise": float(stagewise(r, s.chain.order))}, ["stagewise"]
+        )
         values |= {
-            "stagewise": float(stagewise(stage, s.chain.order)),
             "plateaus": float(len(stage.plateaus)),
             "final_loss": float(losses[i, -1]),
             "final_order": float(stage.final_order or 0),

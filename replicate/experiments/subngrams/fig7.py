@@ -23,6 +23,7 @@ from replicate.experiments.subngrams.common import (
     curves_frame,
     history_losses,
     kgram_levels,
+    level_noise,
     member_test_set,
 )
 from replicate.experiments.subngrams.fig4 import train_general
@@ -30,9 +31,11 @@ from replicate.experiments.subngrams.fig6 import plot_loss_and_gradient
 from replicate.experiments.subngrams.general import Embedding, MlpKind
 from replicate.experiments.subngrams.stages import (
     OFFSETS,
+    Stages,
     StageSettings,
     gradient_ratio,
     stages,
+    with_call_bounds,
 )
 from replicate.settings import PositiveInt, Strict
 
@@ -50,6 +53,13 @@ class Fig7Settings(Strict):
     mixed_head_mass: Annotated[float, Field(gt=0.0, lt=1.0)]  # F7c: m(1), m(2) >= this
 
 
+def one_unigram_plateau(stage: Stages) -> dict[str, float]:
+    """F7a from one reading of the plateaus' orders: exactly one intermediate plateau, at the
+    unigram level, and the model left it."""
+    once = len(stage.intermediate) == 1 and stage.orders[0] == 1
+    return {"one_unigram_plateau": float(once and (stage.final_order or 0) >= 2)}
+
+
 def fig7(s: Fig7Settings, ctx: RunContext) -> Metrics:
     """Fig. 7: one intermediate plateau at the unigram level, a gradient spike (F7a-F7d)."""
     trained = train_general(
@@ -58,20 +68,17 @@ def fig7(s: Fig7Settings, ctx: RunContext) -> Metrics:
     steps, losses, grads = trained.eval_steps, trained.test_loss, trained.grad_norm
     masses = trained.probes["masses"]
     refs = history_losses(member_test_set(trained), s.chain, s.eps)
-    levels = kgram_levels(refs)
+    levels, noise = kgram_levels(refs), level_noise(refs)
     one, two = OFFSETS.index(1), OFFSETS.index(2)
     metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
     per_seed = []
     for i, seed in enumerate(s.seeds):
-        stage = stages(steps, losses[i], levels, s.stage)
+        stage = stages(steps, losses[i], levels, s.stage, noise)
         inter = stage.intermediate
         end = masses[i, -1]
-        values = {
+        values = with_call_bounds(stage, one_unigram_plateau, ["one_unigram_plateau"])
+        values |= {
             "intermediate_plateaus": float(len(inter)),
-            # exactly one intermediate plateau, at the unigram level, and the model left it
-            "one_unigram_plateau": float(
-                len(inter) == 1 and stage.orders[0] == 1 and (stage.final_order or 0) >= 2
-            ),
             "plateau_minus_b1": float(inter[0].level - levels[0]) if inter else math.nan,
             "grad_ratio": gradient_ratio(steps, grads[i], stage, smooth=True)[0],
             "mixed_head_at_end": float(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -16,10 +16,11 @@ from replicate.analysis import (
     assign_level,
     detect_plateaus,
     head_on_offset,
+    level_calls,
     offset_masses,
     running_median,
 )
-from replicate.settings import PositiveInt, Strict
+from replicate.settings import NonNegativeFloat, PositiveInt, Strict
 
 OFFSETS = (0, 1, 2, 3)  # delta of m_h(delta) (spec C §4.0)
 FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (spec C §4.0)
@@ -33,12 +34,18 @@ class StageSettings(Strict):
     t_ref = ``reference_steps``, the paper's run length for this figure at both scales, so
     a plateau is the same number of steps and the same slope whether the run stops at the
     paper's step or earlier (issue 19, item 4); L_0 the run's smoothed first loss, b_n the
-    n-gram loss on the test set."""
+    n-gram loss on the test set.
+
+    A plateau's k-gram order is called firmly only when every level within ``call_se``
+    standard errors of the test loss gets the same order (`level_calls`); otherwise each
+    order it could get is a reading of the run (`Stages.readings`), and a claim whose
+    verdict differs between readings is inconclusive (issue 19, item 4)."""
 
     rho: float
     threshold: float
     dominance: float
     reference_steps: PositiveInt
+    call_se: NonNegativeFloat
 
 
 def masses_of(attention: torch.Tensor) -> np.ndarray:
@@ -55,11 +62,21 @@ def heads_on(masses: np.ndarray, s: StageSettings) -> set[int]:
 @dataclass(frozen=True)
 class Stages:
     """One member's plateaus and their assigned k-gram orders (None: no band matches);
-    ``t_ref`` the length (steps) the detector's thresholds and the windows below scale with."""
+    ``t_ref`` the length (steps) the detector's thresholds and the windows below scale with;
+    ``calls`` every order each plateau's level could get within the test loss's noise
+    (`level_calls`; one order when the call is firm)."""
 
     plateaus: list[Plateau]
     orders: list[int | None]
     t_ref: float
+    calls: list[frozenset[int | None]]
+
+    def readings(self) -> Iterator[Stages]:
+        """The run read with every combination of its plateaus' possible orders (one, this
+        reading, when every call is firm)."""
+        options = [sorted(c, key=lambda o: -1 if o is None else o) for c in self.calls]
+        for orders in itertools.product(*options):
+            yield replace(self, orders=list(orders), calls=[frozenset({o}) for o in orders])
 
     @property
     def intermediate(self) -> list[Plateau]:
@@ -88,17 +105,42 @@ class Stages:
 
 
 def stages(
-    steps: np.ndarray, loss: np.ndarray, baselines: Sequence[float], s: StageSettings
+    steps: np.ndarray,
+    loss: np.ndarray,
+    baselines: Sequence[float],
+    s: StageSettings,
+    noise: float,
 ) -> Stages:
     """Plateaus of one test-loss curve and their k-gram orders (spec C §4.0); no plateau is
     assigned when the k-gram losses are not strictly decreasing (a test set too small to
-    order them)."""
+    order them). ``noise``: the standard error (nats) of a loss on the test set
+    (`level_noise`); the calls consider levels within ``s.call_se`` of them."""
     plateaus = detect_plateaus(
         steps, loss, rho=s.rho, reference_steps=s.reference_steps, floor=float(baselines[-1])
     )
     ordered = all(a > b for a, b in itertools.pairwise(baselines))
     orders = [assign_level(p.level, baselines) if ordered else None for p in plateaus]
-    return Stages(plateaus, orders, float(s.reference_steps))
+    width = s.call_se * noise
+    calls = [
+        frozenset(level_calls(p.level, baselines, width)) if ordered else frozenset({None})
+        for p in plateaus
+    ]
+    return Stages(plateaus, orders, float(s.reference_steps), calls)
+
+
+def with_call_bounds(
+    stage: Stages, measure: Callable[[Stages], Mapping[str, float]], keys: Iterable[str]
+) -> dict[str, float]:
+    """``measure(stage)``, and for each of ``keys`` the least and the greatest value over
+    the run's readings (`Stages.readings`) as ``<key>.lo`` and ``<key>.hi``: the range a
+    claim on that value has while some level call is decided by noise (issue 19, item 4;
+    a claim reads them through ``per_seed.call_bounds``)."""
+    values = dict(measure(stage))
+    alternatives = [measure(reading) for reading in stage.readings()]
+    for key in keys:
+        seen = [float(v[key]) for v in alternatives]
+        values[f"{key}.lo"], values[f"{key}.hi"] = min(seen), max(seen)
+    return values
 
 
 def index_at(steps: np.ndarray, step: float) -> int:

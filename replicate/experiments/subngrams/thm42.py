@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from collections.abc import Mapping
 from typing import Annotated
 
 import numpy as np
@@ -37,6 +38,7 @@ import torch
 from matplotlib.axes import Axes
 from pydantic import Field
 
+from lightning_modules import SequenceBatch
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
 from lightning_modules.measures import member_gradients, member_norms, population_grad_norm
 from lightning_modules.objectives import LastTokenLawCE
@@ -124,16 +126,21 @@ def _build(s: Thm42Settings, seq_len: int, points: list[tuple[str, int, float]])
     return model
 
 
-def gradient_table(s: Thm42Settings) -> pd.DataFrame:
-    """One row per (T, point, eps): population-gradient norm, noise floor and loss."""
+def gradient_sets(s: Thm42Settings) -> dict[int, SequenceBatch]:
+    """The gradient set at every length the tables evaluate: ``s.sequences`` sequences of
+    ``s.seed``'s "gradset" stream, drawn once and shared by `gradient_table` and
+    `general_table`."""
+    lengths = sorted({*s.seq_lens, *s.diagonal_seq_lens})
+    return {t: fixed_set(s.chain.at(t), s.sequences, s.seed, "gradset") for t in lengths}
+
+
+def gradient_table(s: Thm42Settings, sets: Mapping[int, SequenceBatch]) -> pd.DataFrame:
+    """One row per (T, point, eps): population-gradient norm, noise floor and loss on the
+    gradient sets ``sets`` (`gradient_sets`)."""
     rows = []
     for seq_len, points in _evaluations(s):
         model = _build(s, seq_len, points)
-        batch = expand(
-            fixed_set(s.chain.at(seq_len), s.sequences, s.seed, "gradset"),
-            len(points),
-            torch.float64,
-        )
+        batch = expand(sets[seq_len], len(points), torch.float64)
         for eps in s.eps:
             objective = LastTokenLawCE(eps=eps)
             norm, floor = population_grad_norm(model, objective, batch, s.chunks)
@@ -154,16 +161,14 @@ def gradient_table(s: Thm42Settings) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def general_table(s: Thm42Settings) -> pd.DataFrame:
+def general_table(s: Thm42Settings, sets: Mapping[int, SequenceBatch]) -> pd.DataFrame:
     """App. F.1: one row per (T, k), k >= 2, at every length of the diagonal c = T/2: the
     population gradient w.r.t. V2 at the general-architecture theta_*^k, its noise floor
-    and loss, exact cross-entropy, on the gradient set of `gradient_table`."""
+    and loss, exact cross-entropy, on the gradient sets of `gradient_table`."""
     objective = LastTokenLawCE(eps=s.eps[-1])
     rows = []
-    for seq_len in sorted({*s.seq_lens, *s.diagonal_seq_lens}):
-        batch = expand(
-            fixed_set(s.chain.at(seq_len), s.sequences, s.seed, "gradset"), 1, torch.float64
-        )
+    for seq_len in sorted(sets):
+        batch = expand(sets[seq_len], 1, torch.float64)
         for k in range(2, s.chain.order + 1):
             model = GeneralConstruction(s.chain.states, seq_len, k, seq_len / 2, s.general_log_eps)
             norm, floor = population_grad_norm(model, objective, batch, s.chunks)
@@ -390,9 +395,10 @@ def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
 
 def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
     """Gradient-norm table at theta_*^k, claims G1-G7 (spec C §3.5)."""
-    table = gradient_table(s)
+    sets = gradient_sets(s)
+    table = gradient_table(s, sets)
     ctx.save_csv(table, "gradients.csv")
-    general = general_table(s)
+    general = general_table(s, sets)
     ctx.save_csv(general, "general.csv")
     first_term = first_term_table(s)
     ctx.save_csv(first_term, "first_term.csv")
