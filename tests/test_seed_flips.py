@@ -60,7 +60,8 @@ def _keys(pattern: str) -> list[tuple[str, int]]:
 
 
 def _per_seed_values(claim: Claim, classes: dict[int, RunClass]) -> dict[str, float]:
-    """The keys of the claim's per-seed pattern (and of its ``only`` pattern)."""
+    """The keys of the claim's per-seed pattern (and of its ``only`` pattern), with bounds
+    equal to the value where the claim reads call bounds (every call firm)."""
     spec = claim.per_seed
     assert spec is not None
     values = {}
@@ -68,6 +69,8 @@ def _per_seed_values(claim: Claim, classes: dict[int, RunClass]) -> dict[str, fl
         for key, seed in _keys(pattern) if pattern else []:
             by_class = key.endswith("/class")
             values[key] = float(classes[seed]) if by_class else _value(classes[seed], seed)
+            if spec.call_bounds and pattern == spec.pattern:
+                values[f"{key}.lo"] = values[f"{key}.hi"] = values[key]
     return values
 
 
