@@ -114,7 +114,8 @@ def stages(
     """Plateaus of one test-loss curve and their k-gram orders (spec C §4.0); no plateau is
     assigned when the k-gram losses are not strictly decreasing (a test set too small to
     order them). ``noise``: the standard error (nats) of a loss on the test set
-    (`level_noise`); the calls consider levels within ``s.call_se`` of them."""
+    (`level_noise`); each plateau's calls are the orders of every level within
+    ``s.call_se`` x ``noise`` of its own (`level_calls`)."""
     plateaus = detect_plateaus(
         steps, loss, rho=s.rho, reference_steps=s.reference_steps, floor=float(baselines[-1])
     )
