@@ -49,6 +49,14 @@ def _scale_free(keys: list[str], scale: str) -> list[str]:
     return [k.replace(f".settings.{scale}", f".settings.{SCALE_VARIABLE}") for k in keys]
 
 
+def _dvc_params(params: Params, name: str) -> list[str]:
+    """Experiment ``name``'s params.yaml keys as DVC reads them: `Params.input_keys` but
+    ``scale``, whose change DVC sees anyway (the settings key and the command name it through
+    ``${scale}``), and each key DVC reads costs a walk of the whole parsed file (issue 23)."""
+    keys = _scale_free(params.input_keys(name), params.scale)
+    return [k for k in keys if k != "scale"]
+
+
 def stages(params: Params) -> dict[str, Any]:
     from replicate.experiments import code_paths
     from replicate.verdicts import verdict_summary_paths
@@ -61,7 +69,7 @@ def stages(params: Params) -> dict[str, Any]:
             deps.append(str(params.experiment(upstream).directory))
         out[name] = {
             "cmd": _snakemake(name),
-            "params": _scale_free(params.input_keys(name), params.scale),
+            "params": _dvc_params(params, name),
             "deps": deps,
             "outs": [str(entry.directory)],
         }

@@ -146,6 +146,9 @@ EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
         {"attn_markov_fig3", "attn_markov_table2", "claims"},
     ),
     "thread count": (_edit_yaml("runtime.threads", lambda v: v + 1), EVERYTHING),
+    # DVC does not list `scale` among a stage's params: the stage's settings key and its
+    # command name the scale (`${scale}`), so a change of scale is seen through them.
+    "scale": (_edit_yaml("scale", lambda v: "paper"), EVERYTHING),
     "classification": (
         _edit_yaml("classification.bigram_kappa_min", lambda v: v / 2),
         {"attn_markov_fig3", "attn_markov_table2", "claims"},
