@@ -11,11 +11,17 @@ ones, the validated settings are equal too and the comparison skips validating t
 imports the experiment's module (torch, Lightning: seconds; issue 23, the record step). A
 change of a default in the code is then not seen here, but the outputs are older than that
 code, which Snakemake and the record step (`replicate.record`) see by their times.
+
+It also records a digest of the code that produced the outputs (`CODE_DIGEST`): a code file
+newer than the outputs but with the same content (a checkout, a stash) leaves them current,
+for the record step as for Snakemake, which compares a newer input's checksum with the one
+it recorded before it reruns a job.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +32,32 @@ from replicate.params import PROVENANCE_FILE, Params
 
 SETTINGS_AS_WRITTEN = "settings_as_written"
 """provenance.json's key for the experiment's settings as params.yaml writes them."""
+CODE_DIGEST = "code_sha256"
+"""provenance.json's key for the digest of the code that produced the outputs."""
+
+
+def code_digest(paper: str, root: Path = Path(".")) -> str:
+    """SHA-256 over the code files that shape paper ``paper``'s outputs (Snakemake's inputs,
+    `replicate.experiments.code_dependencies`), each as its path, length and content."""
+    from replicate.experiments import code_dependencies
+
+    digest = hashlib.sha256()
+    for name in code_dependencies(paper):
+        content = (root / name).read_bytes()
+        digest.update(f"{name}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def same_code(name: str, params: Params, root: Path = Path(".")) -> bool:
+    """Whether experiment ``name``'s outputs under ``root`` were produced by the code there
+    now, by the digest in its provenance.json (False when absent or unreadable)."""
+    entry = params.experiment(name)
+    try:
+        recorded = io.read_json_object(root / entry.directory / PROVENANCE_FILE)
+        return recorded.get(CODE_DIGEST) == code_digest(entry.paper, root)
+    except (OSError, io.MalformedFile):
+        return False
 
 
 def _shared_inputs(name: str, params: Params) -> dict[str, Any]:

@@ -4,8 +4,10 @@ Snakemake owns staleness: a rule reruns when an input is newer than its outputs 
 params.yaml values it reads changed. After a successful `snakemake` run (the Snakefile's
 ``onsuccess``), `record_in_dvc` commits to dvc.lock every DVC stage (replicate/dvcfile.py)
 whose outputs are current by the same two rules, and no other: outputs present, newer than
-every input, produced with params.yaml's values (provenance.json, or for the claims the
-stored claims equal a fresh evaluation). A stage Snakemake would rerun is left as DVC last
+every input (or than the upstream's outputs, with the code's content that produced them:
+Snakemake likewise reruns for a newer input only when its checksum changed), produced with
+params.yaml's values (provenance.json, or for the claims the stored claims equal a fresh
+evaluation). A stage Snakemake would rerun is left as DVC last
 recorded it, so `dvc status` still calls it changed. Under `dvc repro` (``DVC_STAGE`` set)
 DVC records the stage itself and nothing is done here.
 
@@ -29,7 +31,7 @@ from replicate import verdicts
 from replicate.claim_files import load_claims
 from replicate.experiments import code_dependencies
 from replicate.params import Params
-from replicate.provenance import mismatches
+from replicate.provenance import mismatches, same_code
 
 if TYPE_CHECKING:
     from dvc.repo import Repo
@@ -48,15 +50,20 @@ def _newer_than_inputs(outputs: Iterable[Path], inputs: Iterable[Path]) -> bool:
 
 
 def current_experiments(params: Params, root: Path = Path(".")) -> list[str]:
-    """Experiments whose outputs Snakemake would not rerun (by mtime and params)."""
+    """Experiments whose outputs Snakemake would not rerun (by mtime, content and params):
+    newer than their upstream's outputs, newer than their code or produced by its present
+    content (`same_code`), produced with params.yaml's values."""
     current = []
     for name, entry in params.experiments.items():
         upstream = params.upstream_of(name)
-        inputs = [root / f for f in code_dependencies(entry.paper)]
-        if upstream is not None:
-            inputs += [root / p for p in params.experiment(upstream).output_paths]
+        code = [root / f for f in code_dependencies(entry.paper)]
+        upstream_outputs = [] if upstream is None else params.experiment(upstream).output_paths
         outputs = [root / p for p in entry.output_paths]
-        if _newer_than_inputs(outputs, inputs) and not mismatches(name, params, root):
+        if (
+            _newer_than_inputs(outputs, [root / p for p in upstream_outputs])
+            and (_newer_than_inputs(outputs, code) or same_code(name, params, root))
+            and not mismatches(name, params, root)
+        ):
             current.append(name)
     return current
 

@@ -16,11 +16,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+
+from replicate.config import load_params
+from replicate.record import current_experiments
 
 from .conftest import scratch_workflow
 
@@ -130,6 +134,19 @@ def _edit_module(path: str) -> Callable[[Path], None]:
     return edit
 
 
+def _rewrite_unchanged(path: str) -> Callable[[Path], None]:
+    """Write a module again with its own content, newer than every output (as a checkout
+    or a stash does)."""
+
+    def rewrite(root: Path) -> None:
+        file = root / path
+        file.write_bytes(file.read_bytes())
+        later = time.time_ns() + 10**9
+        os.utime(file, ns=(later, later))
+
+    return rewrite
+
+
 A = {"attn_markov_fig3", "attn_markov_table2", "attn_markov_table1"}
 EVERYTHING = {*KEPT, "claims"}
 CI = "experiments.attn_markov_fig3.settings"
@@ -164,6 +181,11 @@ EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
     ),
     "a recorded measurement": (_edit_recording, {"claims"}),
     "paper A module": (_edit_module("replicate/experiments/attn_markov/common.py"), A | {"claims"}),
+    # Snakemake compares a newer input's checksum with the one it recorded; DVC hashes it.
+    "paper A module rewritten unchanged": (
+        _rewrite_unchanged("replicate/experiments/attn_markov/common.py"),
+        set(),
+    ),
     "hyperparameter tables": (
         _edit_module("replicate/experiments/hyperparameter_tables.py"),
         EVERYTHING,
@@ -184,7 +206,7 @@ def restoring(built: Path) -> Iterator[Path]:
     saved = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
     yield built
     for path, (data, mtime) in saved.items():
-        if not path.exists() or path.read_bytes() != data:
+        if not path.exists() or path.read_bytes() != data or path.stat().st_mtime_ns != mtime:
             path.write_bytes(data)
             os.utime(path, ns=(mtime, mtime))
 
@@ -195,3 +217,15 @@ def test_snakemake_and_dvc_agree(restoring: Path, edit: str) -> None:
     change(restoring)
     assert snakemake_plan(restoring) == expected
     assert dvc_plan(restoring) == expected
+
+
+def test_the_record_step_sees_what_snakemake_sees_of_a_rewritten_module(restoring: Path) -> None:
+    """Issue 23: a module written again with its own content leaves every experiment current
+    for the record step too (the code digest in provenance.json), so a record missed before
+    is made by the next run; an edit leaves the paper's experiments stale."""
+    params = load_params(restoring / "params.yaml", scale="ci")
+    assert set(current_experiments(params, restoring)) == set(KEPT)
+    _rewrite_unchanged("replicate/experiments/attn_markov/common.py")(restoring)
+    assert set(current_experiments(params, restoring)) == set(KEPT)
+    _edit_module("replicate/experiments/attn_markov/common.py")(restoring)
+    assert set(current_experiments(params, restoring)) == set(KEPT) - A
