@@ -13,9 +13,10 @@ current (every experiment's stage, the claims' not): in one collection of dvc.ya
 write of dvc.lock (`replicate.record._commit`, now) against one DVC commit per stage (before);
 dvc.lock is put back byte for byte afterwards (DVC's per-stage commit drops its YAML anchors).
 
-DVC parses params.yaml once per stage (39 stages), which is most of each command's time.
-Run it in a checkout whose results are complete and recorded (after `snakemake --cores all`);
-it refuses otherwise, since `dvc repro` would then retrain.
+DVC parses params.yaml once per stage with params (38) and walks the parsed file once per
+key such a stage reads (83 walks): most of each command's time. Run it in a checkout whose
+results are complete and recorded (after `snakemake --cores all`); it refuses otherwise,
+since `dvc repro` would then retrain and the record step would have nothing to commit.
 
     python benchmarks/dvc_speed.py [--repeat 3] [--project .]
 """
@@ -45,6 +46,10 @@ SUBSET = (
     "from pathlib import Path; from replicate.config import load_params; "
     "from replicate.record import _commit, current_experiments; "
     "stages = current_experiments(load_params()); "
+)
+EVERY_EXPERIMENT_CURRENT = (
+    "from replicate.config import load_params; from replicate.record import current_experiments; "
+    "params = load_params(); sys.exit(len(current_experiments(params)) != len(params.experiments))"
 )
 COMMIT_AT_ONCE = SUBSET + "_commit(Path('.'), stages)"
 COMMIT_EACH = SUBSET + "[_commit(Path('.'), [s]) for s in stages]"
@@ -79,6 +84,15 @@ def main() -> int:
     )
     if status.returncode != 0:
         print("error: `dvc status` lists changed stages: run `snakemake --cores all` first")
+        return 1
+    current = subprocess.run(
+        [sys.executable, "-c", f"import sys; {EVERY_EXPERIMENT_CURRENT}"], cwd=args.project
+    )
+    if current.returncode != 0:
+        print(
+            "error: the record step finds experiments not current, so it would time a record "
+            "with nothing to commit: run `snakemake --cores all` first"
+        )
         return 1
     print(f"{'command':<28}{'C parser (s)':>14}{'Python parser (s)':>20}{'ratio':>8}")
     for name, code in COMMANDS.items():
