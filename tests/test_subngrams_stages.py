@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import torch
 
+from replicate.experiments.subngrams.common import over_seeds, seed_column
 from replicate.experiments.subngrams.fig6 import gradient_metrics, stagewise
 from replicate.experiments.subngrams.stages import (
     StageSettings,
@@ -132,3 +134,16 @@ def test_reference_length_is_the_papers_run_length(params_dict: dict) -> None:
             assert entry["settings"][scale]["stage"]["reference_steps"] == steps, (name, scale)
         checked += 1
     assert checked == 6
+
+
+def test_summaries_over_seeds_skip_seeds_without_the_event_and_do_not_warn() -> None:
+    """A seed without the event (no plateau: NaN, or no value at all) is left out of the
+    fraction, median and maximum over seeds; with none left, the summary is NaN, silently."""
+    per_seed = [{"frac": 1.0, "level": 1.6}, {"frac": math.nan}, {"frac": 0.0, "level": 1.5}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert over_seeds(np.nanmean, seed_column(per_seed, "frac")) == 0.5
+        assert over_seeds(np.nanmedian, seed_column(per_seed, "level")) == 1.55
+        assert over_seeds(np.nanmax, seed_column(per_seed, "level")) == 1.6
+        for reduce in (np.nanmean, np.nanmedian, np.nanmax):
+            assert math.isnan(over_seeds(reduce, seed_column(per_seed[1:2], "level")))

@@ -4,7 +4,8 @@ the training call."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Literal
 
 import numpy as np
@@ -260,3 +261,15 @@ def train_simplified(
     objective = LastTokenLawCE(eps=eps)
     label = ctx.label(f"{len(seeds)} seeds")
     return train(model, chain, seeds, training, optim, objective, probes, label, ctx.progress)
+
+
+def seed_column(per_seed: Iterable[Mapping[str, float]], key: str) -> np.ndarray:
+    """One per-seed value across the seeds, NaN where a seed has none."""
+    return np.array([values.get(key, math.nan) for values in per_seed], dtype=float)
+
+
+def over_seeds(reduce: Callable[[np.ndarray], float], values: np.ndarray) -> float:
+    """``reduce`` (np.nanmean, np.nanmedian, np.nanmax: NaN marks a seed without the event,
+    e.g. no plateau in a short run) over the seeds' values; NaN when no seed has one, without
+    NumPy's warning about an all-NaN slice."""
+    return math.nan if np.isnan(values).all() else float(reduce(values))

@@ -9,6 +9,7 @@ maps of every evaluation are saved for Fig. 5 (`histories.pt`).
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Literal
 
 import numpy as np
@@ -30,6 +31,8 @@ from replicate.experiments.subngrams.common import (
     kgram_lines,
     level_noise,
     member_test_set,
+    over_seeds,
+    seed_column,
     train_simplified,
 )
 from replicate.experiments.subngrams.stages import (
@@ -175,26 +178,28 @@ def _summary(per_seed: dict[int, Metrics], levels: np.ndarray, s: Fig3Settings) 
     for seed, values in per_seed.items():
         metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
 
-    def col(key: str) -> np.ndarray:
-        return np.array([v.get(key, math.nan) for v in per_seed.values()])
-
+    col = partial(seed_column, per_seed.values())
     switched = col("final_switch") == 1
     metrics |= {
         "F3a/max_mass_at_first_mark": float(col("first_mark_max_mass").max()),
-        "F3b/frac_seeds_bigram_heads_at_plateau": float(np.nanmean(col("plateau_bigram_only"))),
-        "F3b/frac_seeds_both_heads_m1_at_plateau": float(np.nanmean(col("plateau_both_heads_m1"))),
-        "F3b/frac_seeds_nearest_bigram_at_plateau": float(
-            np.nanmean(col("plateau_nearest_bigram"))
+        "F3b/frac_seeds_bigram_heads_at_plateau": over_seeds(
+            np.nanmean, col("plateau_bigram_only")
         ),
-        "F3b/frac_seeds_nearest_bigram_at_plateau_tv": float(
-            np.nanmean(col("plateau_nearest_bigram_tv"))
+        "F3b/frac_seeds_both_heads_m1_at_plateau": over_seeds(
+            np.nanmean, col("plateau_both_heads_m1")
         ),
-        "F3c/median_plateau_level": float(np.nanmedian(col("plateau_level"))),
+        "F3b/frac_seeds_nearest_bigram_at_plateau": over_seeds(
+            np.nanmean, col("plateau_nearest_bigram")
+        ),
+        "F3b/frac_seeds_nearest_bigram_at_plateau_tv": over_seeds(
+            np.nanmean, col("plateau_nearest_bigram_tv")
+        ),
+        "F3c/median_plateau_level": over_seeds(np.nanmedian, col("plateau_level")),
         "F3d/frac_seeds_switched": float(switched.mean()),
         "F3d/min_drop_switched": float(col("final_drop")[switched].min())
         if switched.any()
         else math.nan,
-        "F3e/max_pop_grad_ratio": float(np.nanmax(col("pop_grad_ratio"))),
+        "F3e/max_pop_grad_ratio": over_seeds(np.nanmax, col("pop_grad_ratio")),
         "final_loss/median": float(np.median(col("final_loss"))),
     }
     return metrics

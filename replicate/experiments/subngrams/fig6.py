@@ -8,6 +8,7 @@ code) on twin axes, plus the population-gradient norm of spec C §4.0 on a fixed
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Literal
 
 import numpy as np
@@ -26,6 +27,8 @@ from replicate.experiments.subngrams.common import (
     kgram_lines,
     level_noise,
     member_test_set,
+    over_seeds,
+    seed_column,
     train_simplified,
 )
 from replicate.experiments.subngrams.stages import (
@@ -125,16 +128,16 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
         per_seed.append(values)
         metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
 
-    def col(key: str) -> np.ndarray:
-        return np.array([v[key] for v in per_seed])
-
+    col = partial(seed_column, per_seed)
     metrics |= {
         "F6a/frac_seeds_stagewise": float(col("stagewise").mean()),
-        "F6b/max_grad_ratio": float(np.nanmax(col("grad_ratio"))),
+        "F6b/max_grad_ratio": over_seeds(np.nanmax, col("grad_ratio")),
         "F6b/min_grad_spike_factor": finite_min(col("grad_spike_factor")),
-        "F6c/max_pop_grad_ratio": float(np.nanmax(col("pop_grad_ratio"))),
+        "F6c/max_pop_grad_ratio": over_seeds(np.nanmax, col("pop_grad_ratio")),
         "F6d/max_peak_distance": finite_max(col("grad_peak_distance")),
-        "heads/frac_seeds_bigram_heads_on_plateau": float(np.nanmean(col("plateau_heads_bigram"))),
+        "heads/frac_seeds_bigram_heads_on_plateau": over_seeds(
+            np.nanmean, col("plateau_heads_bigram")
+        ),
         "heads/frac_seeds_trigram_heads_at_end": float(col("final_heads_trigram").mean()),
     }
     curves = curves_frame(

@@ -10,6 +10,7 @@ run here, is one-hot embeddings with the muLinear MLP (X <- X + MLP(delta)).
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated
 
 import numpy as np
@@ -25,6 +26,8 @@ from replicate.experiments.subngrams.common import (
     kgram_levels,
     level_noise,
     member_test_set,
+    over_seeds,
+    seed_column,
 )
 from replicate.experiments.subngrams.fig4 import train_general
 from replicate.experiments.subngrams.fig6 import plot_loss_and_gradient
@@ -89,13 +92,11 @@ def fig7(s: Fig7Settings, ctx: RunContext) -> Metrics:
         per_seed.append(values)
         metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
 
-    def col(key: str) -> np.ndarray:
-        return np.array([v[key] for v in per_seed])
-
+    col = partial(seed_column, per_seed)
     metrics |= {
         "F7a/frac_seeds_one_unigram_plateau": float(col("one_unigram_plateau").mean()),
-        "F7a/max_abs_plateau_minus_b1": float(np.nanmax(np.abs(col("plateau_minus_b1")))),
-        "F7b/max_grad_ratio": float(np.nanmax(col("grad_ratio"))),
+        "F7a/max_abs_plateau_minus_b1": over_seeds(np.nanmax, np.abs(col("plateau_minus_b1"))),
+        "F7b/max_grad_ratio": over_seeds(np.nanmax, col("grad_ratio")),
         "F7c/frac_seeds_mixed_head": float(col("mixed_head_at_end").mean()),
         "F7d/max_final_minus_b2": float(col("final_minus_b2").max()),
     }
