@@ -34,15 +34,18 @@ SETTINGS_AS_WRITTEN = "settings_as_written"
 """provenance.json's key for the experiment's settings as params.yaml writes them."""
 CODE_DIGEST = "code_sha256"
 """provenance.json's key for the digest of the code that produced the outputs."""
+CODE_ROOT = Path(__file__).resolve().parents[1]
+"""The folder that holds the running `replicate` package: the project, in a checkout."""
 
 
-def code_digest(paper: str, root: Path = Path(".")) -> str:
-    """SHA-256 over the code files that shape paper ``paper``'s outputs (Snakemake's inputs,
-    `replicate.experiments.code_dependencies`), each as its path, length and content."""
+def code_digest(paper: str, root: Path = CODE_ROOT) -> str:
+    """SHA-256 over the code files under ``root`` that shape paper ``paper``'s outputs
+    (Snakemake's inputs, `replicate.experiments.code_dependencies`), each as its path, length
+    and content; by default those of the code running."""
     from replicate.experiments import code_dependencies
 
     digest = hashlib.sha256()
-    for name in code_dependencies(paper):
+    for name in code_dependencies(paper, root):
         content = (root / name).read_bytes()
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)

@@ -56,7 +56,7 @@ def current_experiments(params: Params, root: Path = Path(".")) -> list[str]:
     current = []
     for name, entry in params.experiments.items():
         upstream = params.upstream_of(name)
-        code = [root / f for f in code_dependencies(entry.paper)]
+        code = [root / f for f in code_dependencies(entry.paper, root)]
         upstream_outputs = [] if upstream is None else params.experiment(upstream).output_paths
         outputs = [root / p for p in entry.output_paths]
         if (
@@ -75,7 +75,7 @@ def claims_current(params: Params, root: Path = Path(".")) -> bool:
     claimset = load_claims(params)
     outputs = [root / p for p in (verdicts.CLAIMS_FILE, verdicts.REPORT_FILE)]
     outputs += [root / p for p in verdicts.verdict_summary_paths()]
-    inputs = [root / f for f in code_dependencies(None)]
+    inputs = [root / f for f in code_dependencies(None, root)]
     inputs += [root / p for p in claims.input_files(params, claimset)]
     inputs += [root / p for e in params.experiments.values() for p in e.output_paths]
     if not _newer_than_inputs(outputs, inputs):

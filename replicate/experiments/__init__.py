@@ -131,22 +131,25 @@ def code_paths(paper: str | None) -> list[str]:
     return [*SHARED_CODE, f"replicate/experiments/{paper}"] if paper else list(CLAIMS_CODE)
 
 
-def code_dependencies(paper: str | None) -> list[str]:
-    """`code_paths` with folders expanded to their source files: Snakemake's inputs. The
-    same files DVC hashes (`.dvcignore` leaves out ``__pycache__``)."""
-    return list(_code_files(paper))
+def code_dependencies(paper: str | None, root: Path = Path(".")) -> list[str]:
+    """`code_paths` with folders expanded to their source files, relative to the project
+    ``root``: Snakemake's inputs. The same files DVC hashes (`.dvcignore` leaves out
+    ``__pycache__``)."""
+    return list(_code_files(paper, root))
 
 
 @functools.cache
-def _code_files(paper: str | None) -> tuple[str, ...]:
+def _code_files(paper: str | None, root: Path) -> tuple[str, ...]:
     files: list[str] = []
-    for p in map(Path, code_paths(paper)):
-        if p.is_dir():
+    for p in code_paths(paper):
+        if (root / p).is_dir():
             files += sorted(
-                str(f) for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+                str(f.relative_to(root))
+                for f in (root / p).rglob("*")
+                if f.is_file() and "__pycache__" not in f.parts
             )
         else:
-            files.append(str(p))
+            files.append(p)
     return tuple(files)
 
 
