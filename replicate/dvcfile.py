@@ -1,9 +1,10 @@
 """Write dvc.yaml from params.yaml: one DVC stage per Snakemake rule that writes results.
 
 Snakemake decides what is stale; DVC records and shares what Snakemake wrote (issue 11). For
-the two to agree, each experiment stage's ``params`` are exactly the keys its rule reads at
-the active scale (`Params.input_keys`; ``${scale}`` stays a DVC template variable, so
-switching scale needs no regeneration) and its ``deps`` are exactly the code the rule's
+the two to agree, each experiment stage's ``params`` are the keys its rule reads at the
+active scale (`Params.input_keys`; ``${scale}`` stays a DVC template variable, so switching
+scale needs no regeneration) less ``scale`` itself, which the settings key and the command
+name (`_dvc_params`), and its ``deps`` are exactly the code the rule's
 Snakemake inputs list (`replicate.experiments.code_paths`). The claims stage reads the whole
 of params.yaml (it validates every experiment at both scales) and the claims files
 (`replicate.claim_files`), so both are among its deps, hashed as files: as params, every
@@ -34,8 +35,9 @@ HEADER = """\
 # GENERATED from params.yaml by `python -m replicate.dvcfile`: do not edit (issue 11).
 # DVC records what Snakemake writes: one stage per experiment, running the Snakemake target of
 # the same name (Snakemake's own upstream edges included), so every output has one writer.
-# A stage's params are exactly the params.yaml keys its rule reads at the active scale, and
-# its deps exactly the code its rule lists as inputs: `snakemake -n` and `dvc status` agree
+# A stage's params are the params.yaml keys its rule reads at the active scale (but `scale`,
+# which its settings key and command name), and its deps exactly the code its rule lists as
+# inputs: `snakemake -n` and `dvc status` agree
 # on what is stale (tests/test_staleness.py). Metrics: the per-paper verdict counts.
 """
 

@@ -7,9 +7,9 @@ whose outputs are current by the same two rules, and no other: outputs present, 
 every input (or than the upstream's outputs, with the code's content that produced them:
 Snakemake likewise reruns for a newer input only when its checksum changed), produced with
 params.yaml's values (provenance.json, or for the claims the stored claims equal a fresh
-evaluation). A stage Snakemake would rerun is left as DVC last
-recorded it, so `dvc status` still calls it changed. Under `dvc repro` (``DVC_STAGE`` set)
-DVC records the stage itself and nothing is done here.
+evaluation). A stage Snakemake would rerun is left as DVC last recorded it, so `dvc status`
+still calls it changed. Under `dvc repro` (``DVC_STAGE`` set) DVC records the stage itself
+and nothing is done here.
 
 Two `snakemake` runs of different targets may share a checkout (issue 23): their records
 then take turns at DVC's repository lock, each waiting up to `LOCK_WAIT_SECONDS` for the
