@@ -292,8 +292,9 @@ class Params:
     def input_keys(self, name: str, scale: str | None = None) -> list[str]:
         """The params.yaml keys that shape experiment ``name``'s outputs at ``scale`` (default:
         the active one), issue 11: the scale, ``runtime`` (threads, precision, chunking), its
-        settings, and the shared sections it declares in ``reads``. They are its DVC params;
-        its Snakemake params hold their values; provenance.json records them."""
+        settings, and the shared sections it declares in ``reads``. Its Snakemake params hold
+        their values; provenance.json records them; DVC reads them all but ``scale``
+        (replicate/dvcfile.py)."""
         at = scale or self.raw.scale
         settings = f"{self.section_of(name)}.{name}.settings.{at}"
         return ["scale", "runtime", settings, *self.experiment(name).reads]

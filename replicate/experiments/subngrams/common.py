@@ -273,3 +273,15 @@ def over_seeds(reduce: Callable[[np.ndarray], float], values: np.ndarray) -> flo
     e.g. no plateau in a short run) over the seeds' values; NaN when no seed has one, without
     NumPy's warning about an all-NaN slice."""
     return math.nan if np.isnan(values).all() else float(reduce(values))
+
+
+def finite_max(values: np.ndarray) -> float:
+    """Max over the seeds that made a transition (finite values); NaN if none did."""
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else math.nan
+
+
+def finite_min(values: np.ndarray) -> float:
+    """Min over the seeds that made a transition (finite values); NaN if none did."""
+    finite = values[np.isfinite(values)]
+    return float(finite.min()) if finite.size else math.nan

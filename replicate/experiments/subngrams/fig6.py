@@ -22,6 +22,8 @@ from replicate.experiments.subngrams.common import (
     OptimSettings,
     TrainingSettings,
     curves_frame,
+    finite_max,
+    finite_min,
     history_losses,
     kgram_levels,
     kgram_lines,
@@ -80,18 +82,6 @@ def gradient_metrics(
         "grad_peak_step": peak,
         "grad_peak_distance": peak_distance(peak, stage),
     }
-
-
-def finite_max(values: np.ndarray) -> float:
-    """Max over the seeds that made a transition (finite values); NaN if none did."""
-    finite = values[np.isfinite(values)]
-    return float(finite.max()) if finite.size else math.nan
-
-
-def finite_min(values: np.ndarray) -> float:
-    """Min over the seeds that made a transition (finite values); NaN if none did."""
-    finite = values[np.isfinite(values)]
-    return float(finite.min()) if finite.size else math.nan
 
 
 def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
