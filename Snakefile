@@ -54,9 +54,9 @@ localrules:
 
 
 def values_of(keys):
-    """The params.yaml values a rule reads (a Snakemake re-run trigger; the same keys are the
-    DVC stage's params, replicate/dvcfile.py). A function, so that braces in the values are
-    not taken for wildcards."""
+    """The params.yaml values a rule reads (a Snakemake re-run trigger; the same keys, but the
+    scale, are among its paper's DVC stage's params, replicate/dvcfile.py). A function, so that
+    braces in the values are not taken for wildcards."""
     text = json.dumps({key: value_at(config, key) for key in keys}, sort_keys=True)
     return lambda wildcards: text
 
@@ -196,8 +196,9 @@ rule claims:
         f"{PY} check > {{log}} 2>&1"
 
 
-# DVC records what Snakemake wrote (issue 11): every stage whose outputs are now complete and
-# current goes into dvc.lock, so `dvc status` agrees with `snakemake -n`. A failed or
+# DVC records what Snakemake wrote (issue 11): every stage (a paper, the claims) whose outputs
+# are now current or not written yet goes into dvc.lock, so `dvc status` agrees with
+# `snakemake -n`. A failed or
 # interrupted run records nothing, so that Ctrl-C returns at once (issue 23): the next run's
 # record, or `python -m replicate record`, commits every stage current by then, the jobs that
 # finished before the failure included.

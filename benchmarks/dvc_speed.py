@@ -9,14 +9,15 @@ parser DVC used before `ruamel.yaml.clib` was a dependency):
   `python -m replicate record` (which loads and validates params.yaml first);
 
 Then the commit of a subset of the stages, as after `snakemake fig3` when the claims are not
-current (every experiment's stage, the claims' not): in one collection of dvc.yaml and one
-write of dvc.lock (`replicate.record._commit`, now) against one DVC commit per stage (before);
+current (every paper's stage, the claims' not): in one collection of dvc.yaml and one write
+of dvc.lock (`replicate.record._commit`, now) against one DVC commit per stage (before);
 dvc.lock is put back byte for byte afterwards (DVC's per-stage commit drops its YAML anchors).
 
-DVC parses params.yaml once per stage with params (38) and walks the parsed file once per
-key such a stage reads (83 walks): most of each command's time. Run it in a checkout whose
-results are complete and recorded (after `snakemake --cores all`); it refuses otherwise,
-since `dvc repro` would then retrain and the record step would have nothing to commit.
+DVC parses params.yaml once per stage with params (4, one per paper), walks the parsed file
+once per key such a stage reads (44 walks) and hashes each stage's code: most of each
+command's time. Run it in a checkout whose results are complete and recorded (after
+`snakemake --cores all`); it refuses otherwise, since `dvc repro` would then retrain and the
+record step would have nothing to commit.
 
     python benchmarks/dvc_speed.py [--repeat 3] [--project .]
 """
@@ -44,8 +45,8 @@ COMMANDS = {
 }
 SUBSET = (
     "from pathlib import Path; from replicate.config import load_params; "
-    "from replicate.record import _commit, current_experiments; "
-    "stages = current_experiments(load_params()); "
+    "from replicate.record import _commit, current_stages; "
+    "stages = [s for s in current_stages(load_params()) if s != 'claims']; "
 )
 EVERY_EXPERIMENT_CURRENT = (
     "from replicate.config import load_params; from replicate.record import current_experiments; "
@@ -99,7 +100,7 @@ def main() -> int:
         fast = _seconds(code, args.project, args.repeat)
         slow = _seconds(WITHOUT_C_PARSER + code, args.project, args.repeat)
         print(f"{name:<28}{fast:>14.2f}{slow:>20.2f}{slow / fast:>7.1f}x")
-    print("\ncommit of the experiments' stages (the claims' left out), C parser:")
+    print("\ncommit of the papers' stages (the claims' left out), C parser:")
     lock = args.project / "dvc.lock"
     recorded = lock.read_bytes()  # DVC's own per-stage commit rewrites it without anchors
     try:

@@ -1,17 +1,27 @@
-"""Write dvc.yaml from params.yaml: one DVC stage per Snakemake rule that writes results.
+"""Write dvc.yaml from params.yaml: one DVC stage per paper, and one for the claims.
 
-Snakemake decides what is stale; DVC records and shares what Snakemake wrote (issue 11). For
-the two to agree, each experiment stage's ``params`` are the keys its rule reads at the
-active scale (`Params.input_keys`; ``${scale}`` stays a DVC template variable, so switching
-scale needs no regeneration) less ``scale`` itself, which the settings key and the command
-name (`_dvc_params`), and its ``deps`` are exactly the code the rule's
-Snakemake inputs list (`replicate.experiments.code_paths`). The claims stage reads the whole
-of params.yaml (it validates every experiment at both scales) and the claims files
-(`replicate.claim_files`), so both are among its deps, hashed as files: as params, every
-experiment's values would make up most of dvc.lock and slow every DVC command. DVC's
-templating cannot make a list of keys conditional on an experiment (``reads``), hence a
-generated file; `tests/test_workflow_files.py` fails when the committed dvc.yaml differs
-from this output.
+Snakemake decides what is stale; DVC records and shares what Snakemake wrote (issue 11). A
+paper's stage runs the paper's Snakemake target (`snakemake attn_markov`); its outputs are
+its experiments' folders, which `dvc repro` leaves in place (``persist``), so that the
+target's rules rerun only what Snakemake finds stale. For `dvc status` to agree with
+`snakemake -n`, a stage's ``params`` are the keys its experiments' rules read at the active
+scale (`Params.input_keys`; ``${scale}`` stays a DVC template variable, so switching scale
+needs no regeneration) less ``scale`` itself, which the settings keys and the command name
+(`_dvc_params`), and its ``deps`` are exactly the code those rules' Snakemake inputs list
+(`replicate.experiments.code_paths`, the same for every experiment of a paper; an
+experiment's upstream is an item of the same paper, inside the stage). The claims stage
+reads the whole of params.yaml (it validates every experiment at both scales) and the claims
+files (`replicate.claim_files`), so both are among its deps, hashed as files: as params,
+every experiment's values would make up most of dvc.lock and slow every DVC command.
+
+A stage per paper, not per experiment (issue 23): DVC parses params.yaml, walks it and
+hashes the code deps once per stage, and with 38 stages `dvc status` and `dvc repro` took
+4.1-5.6 s on the full ci results; with 4 they take 1.2-1.6 s (README, "DVC's own time"). DVC's
+status still names each changed key and folder; Snakemake keeps a rule per experiment; the
+record step (replicate/record.py) records a paper whose experiments are partly absent, so
+one figure's results can be pushed before the rest of its paper is run. DVC's templating
+cannot make a list of keys conditional on an experiment (``reads``), hence a generated file;
+`tests/test_workflow_files.py` fails when the committed dvc.yaml differs from this output.
 
     python -m replicate.dvcfile            # rewrite dvc.yaml
     python -m replicate.dvcfile --check    # exit 1 when dvc.yaml is out of date
@@ -33,12 +43,12 @@ DVC_FILE = Path("dvc.yaml")
 SCALE_VARIABLE = "${scale}"
 HEADER = """\
 # GENERATED from params.yaml by `python -m replicate.dvcfile`: do not edit (issue 11).
-# DVC records what Snakemake writes: one stage per experiment, running the Snakemake target of
-# the same name (Snakemake's own upstream edges included), so every output has one writer.
-# A stage's params are the params.yaml keys its rule reads at the active scale (but `scale`,
-# which its settings key and command name), and its deps exactly the code its rule lists as
-# inputs: `snakemake -n` and `dvc status` agree
-# on what is stale (tests/test_staleness.py). Metrics: the per-paper verdict counts.
+# DVC records what Snakemake writes: one stage per paper, running the paper's Snakemake target
+# (which reruns only what Snakemake finds stale; the outputs persist through `dvc repro`), and
+# one for the claims. A stage's params are the params.yaml keys its experiments' rules read at
+# the active scale (but `scale`, which the settings keys and the command name), and its deps
+# exactly the code those rules list as inputs: `snakemake -n` and `dvc status` agree on what
+# is stale (tests/test_staleness.py). Metrics: the per-paper verdict counts.
 """
 
 
@@ -51,12 +61,22 @@ def _scale_free(keys: list[str], scale: str) -> list[str]:
     return [k.replace(f".settings.{scale}", f".settings.{SCALE_VARIABLE}") for k in keys]
 
 
-def _dvc_params(params: Params, name: str) -> list[str]:
-    """Experiment ``name``'s params.yaml keys as DVC reads them: `Params.input_keys` but
-    ``scale``, whose change DVC sees anyway (the settings key and the command name it through
-    ``${scale}``), and each key DVC reads costs a walk of the whole parsed file (issue 23)."""
-    keys = _scale_free(params.input_keys(name), params.scale)
-    return [k for k in keys if k != "scale"]
+def paper_stages(params: Params) -> dict[str, list[str]]:
+    """Each paper's DVC stage (named by its key, as its Snakemake target is) and the
+    experiments it records, in params.yaml's order."""
+    papers: dict[str, list[str]] = {}
+    for name, entry in params.experiments.items():
+        papers.setdefault(entry.paper, []).append(name)
+    return papers
+
+
+def _dvc_params(params: Params, names: list[str]) -> list[str]:
+    """The params.yaml keys of experiments ``names`` as DVC reads them, each once:
+    `Params.input_keys` but ``scale``, whose change DVC sees anyway (the settings keys and the
+    command name it through ``${scale}``), and each key DVC reads costs a walk of the whole
+    parsed file (issue 23)."""
+    keys = [k for name in names for k in _scale_free(params.input_keys(name), params.scale)]
+    return [k for k in dict.fromkeys(keys) if k != "scale"]
 
 
 def stages(params: Params) -> dict[str, Any]:
@@ -64,16 +84,12 @@ def stages(params: Params) -> dict[str, Any]:
     from replicate.verdicts import verdict_summary_paths
 
     out: dict[str, Any] = {}
-    for name, entry in params.experiments.items():
-        upstream = params.upstream_of(name)
-        deps = code_paths(entry.paper)
-        if upstream is not None:
-            deps.append(str(params.experiment(upstream).directory))
-        out[name] = {
-            "cmd": _snakemake(name),
-            "params": _dvc_params(params, name),
-            "deps": deps,
-            "outs": [str(entry.directory)],
+    for paper, names in paper_stages(params).items():
+        out[paper] = {
+            "cmd": _snakemake(paper),
+            "params": _dvc_params(params, names),
+            "deps": code_paths(paper),
+            "outs": [{str(params.experiment(n).directory): {"persist": True}} for n in names],
         }
     out["claims"] = {
         "cmd": _snakemake("claims"),
@@ -145,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from replicate import io
 
     io.write_text(DVC_FILE, text)
-    print(f"wrote {DVC_FILE}: {len(params.experiments) + 1} stages")
+    print(f"wrote {DVC_FILE}: {len(paper_stages(params)) + 1} stages")
     return 0
 
 

@@ -2,13 +2,18 @@
 
 Snakemake owns staleness: a rule reruns when an input is newer than its outputs or the
 params.yaml values it reads changed. After a successful `snakemake` run (the Snakefile's
-``onsuccess``), `record_in_dvc` commits to dvc.lock every DVC stage (replicate/dvcfile.py)
-whose outputs are current by the same two rules, and no other: outputs present, newer than
-every input (or than the upstream's outputs, with the code's content that produced them:
-Snakemake likewise reruns for a newer input only when its checksum changed), produced with
-params.yaml's values (provenance.json, or for the claims the stored claims equal a fresh
-evaluation). A stage Snakemake would rerun is left as DVC last recorded it, so `dvc status`
-still calls it changed. Under `dvc repro` (``DVC_STAGE`` set) DVC records the stage itself
+``onsuccess``), `record_in_dvc` commits to dvc.lock every DVC stage (replicate/dvcfile.py:
+one per paper, and the claims) none of whose outputs Snakemake would rerun by the same two
+rules: an experiment is current when its outputs are present, newer than every input (or
+than the upstream's outputs, with the code's content that produced them: Snakemake likewise
+reruns for a newer input only when its checksum changed) and produced with params.yaml's
+values (provenance.json; for the claims, the stored claims equal a fresh evaluation). A
+paper is recorded when each of its experiments is current or absent (none of its outputs
+written: an experiment not run yet), so that one figure run alone is recorded, and can be
+pushed, before the rest of its paper; an absent experiment's folder goes into dvc.lock
+without a hash, so `dvc status` calls it deleted, as `snakemake -n` plans it. A stage with
+an experiment present but stale is left as DVC last recorded it, so `dvc status` still calls
+it changed. Under `dvc repro` (``DVC_STAGE`` set) DVC records the stage itself
 and nothing is done here.
 
 Two `snakemake` runs of different targets may share a checkout (issue 23): their records
@@ -29,12 +34,14 @@ from typing import TYPE_CHECKING
 
 from replicate import verdicts
 from replicate.claim_files import load_claims
+from replicate.dvcfile import paper_stages
 from replicate.experiments import code_dependencies
 from replicate.params import Params
 from replicate.provenance import mismatches, same_code
 
 if TYPE_CHECKING:
     from dvc.repo import Repo
+    from dvc.stage import Stage
 
 LOCK_WAIT_SECONDS = 300.0
 """How long a record waits for DVC's repository lock: another run's record holds it for
@@ -68,6 +75,31 @@ def current_experiments(params: Params, root: Path = Path(".")) -> list[str]:
     return current
 
 
+def absent_experiments(params: Params, root: Path = Path(".")) -> list[str]:
+    """Experiments none of whose outputs exist (not run yet, or deleted whole)."""
+    return [
+        name
+        for name, entry in params.experiments.items()
+        if not any((root / p).exists() for p in entry.output_paths)
+    ]
+
+
+def current_stages(params: Params, root: Path = Path(".")) -> list[str]:
+    """The DVC stages to record: each paper with an experiment current and every other one
+    current or absent, then the claims when every experiment is current and the claims
+    outputs are (`claims_current`)."""
+    current = set(current_experiments(params, root))
+    recordable = current | set(absent_experiments(params, root))
+    stages = [
+        paper
+        for paper, names in paper_stages(params).items()
+        if current & set(names) and recordable >= set(names)
+    ]
+    if len(current) == len(params.experiments) and claims_current(params, root):
+        stages.append("claims")
+    return stages
+
+
 def claims_current(params: Params, root: Path = Path(".")) -> bool:
     """Whether the claims outputs are newer than every input and equal a fresh evaluation."""
     from replicate import claims
@@ -93,9 +125,7 @@ def record(params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECON
     waiting up to ``wait`` seconds for DVC's lock; DVC's error when that fails."""
     if "DVC_STAGE" in os.environ or not (root / ".dvc").is_dir():
         return []
-    stages = current_experiments(params, root)
-    if len(stages) == len(params.experiments) and claims_current(params, root):
-        stages.append("claims")
+    stages = current_stages(params, root)
     if stages:
         waited = _commit_when_unlocked(root, stages, wait)
         after = f" (after {waited:.0f} s waiting for DVC's lock)" if waited >= 1 else ""
@@ -150,8 +180,8 @@ def _commit(root: Path, stages: list[str]) -> None:
     stages, one write of dvc.lock, and params.yaml parsed once.
 
     DVC's own `Repo.commit` takes one target (or all stages) per call, and each call
-    collects every stage from dvc.yaml and rewrites dvc.lock: seconds per stage, minutes for
-    a subset of the 39. `_commit_stages` is its loop (dvc/repo/commit.py, ``force=True``)
+    collects every stage from dvc.yaml and rewrites dvc.lock: seconds per stage.
+    `_commit_stages` is its loop (dvc/repo/commit.py, ``force=True``)
     over the given stages at once. DVC parses params.yaml with ruamel's loader for the
     templating of dvc.yaml and again for each stage's params; the file cannot change during
     this call, so the parse is shared: DVC's loader (`load_path`, as the params dependency
@@ -184,7 +214,9 @@ def _commit(root: Path, stages: list[str]) -> None:
 
 
 def _commit_stages(repo: Repo, names: set[str]) -> None:
-    """DVC's `commit(force=True)` loop for the stages ``names``, under the repository lock.
+    """DVC's `commit(force=True)` loop for the stages ``names``, under the repository lock,
+    with absent outputs allowed (`dvc commit --force --allow-missing`) and recorded without
+    a hash (`_forget_absent_outputs`).
 
     DVC's run-cache is left alone: it restores a stage's outputs when `dvc repro` meets deps
     and params it has run before, and here `dvc repro` runs Snakemake, which decides what is
@@ -199,7 +231,24 @@ def _commit_stages(repo: Repo, names: set[str]) -> None:
         for dvcfile, group in groupby(infos, key=lambda info: info.stage.dvcfile):
             saved = []
             for info in group:
-                info.stage.save(run_cache=False)
-                info.stage.commit(filter_info=info.filter_info)
+                _forget_absent_outputs(info.stage)
+                info.stage.save(allow_missing=True, run_cache=False)
+                info.stage.commit(filter_info=info.filter_info, allow_missing=True)
                 saved.append(info.stage)
             dvcfile.dump_stages(saved, update_pipeline=False)
+
+
+def _forget_absent_outputs(stage: Stage) -> None:
+    """Drop the hash dvc.lock holds for each of ``stage``'s outputs that is absent now.
+
+    DVC's `Output.save` leaves an absent output's hash as loaded from dvc.lock (with
+    ``allow_missing`` it skips the output), so an output deleted since its last record would
+    be recorded again with its old hash, beside params it was not made with; without a hash
+    it is written to dvc.lock as a bare path, which `dvc status` calls deleted.
+    """
+    from dvc_data.hashfile.hash_info import HashInfo
+    from dvc_data.hashfile.meta import Meta
+
+    for out in stage.outs:
+        if not out.exists:
+            out.hash_info, out.meta, out.obj = HashInfo(), Meta(), None

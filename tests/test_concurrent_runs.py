@@ -31,6 +31,8 @@ from .conftest import scratch_workflow
 BIN = Path(sys.executable).parent
 KEPT = ("attn_markov_table1", "local_global_table1")
 """Two experiments of different papers that train nothing: seconds each."""
+STAGES = {"attn_markov", "local_global"}
+"""Their DVC stages: one per paper (replicate/dvcfile.py), here one experiment each."""
 HOLD_LOCK = (
     "import sys\n"
     "from dvc.repo import Repo\n"
@@ -127,7 +129,7 @@ def test_two_concurrent_runs_both_succeed_and_both_are_recorded(
     for err in errs.values():
         assert "LockError" not in err and "Traceback" not in err
         assert "s waiting for DVC's lock)" in err
-    assert _locked_stages(tmp_path) == set(KEPT)
+    assert _locked_stages(tmp_path) == STAGES
     assert _changed_stages(tmp_path) == {"claims"}  # never built; both experiments recorded
     recorded = [line for err in errs.values() for line in err.splitlines() if "recorded" in line]
     print(f"two concurrent runs: {wall:.0f} s wall; {recorded}")
@@ -152,5 +154,5 @@ def test_a_record_that_gives_up_is_a_warning_and_the_next_records_it(
     )
     assert _locked_stages(tmp_path) == set()
     _release(lock_holder)
-    assert record_in_dvc(params, tmp_path) == [KEPT[0]]
-    assert _locked_stages(tmp_path) == {KEPT[0]}
+    assert record_in_dvc(params, tmp_path) == ["attn_markov"]
+    assert _locked_stages(tmp_path) == {"attn_markov"}

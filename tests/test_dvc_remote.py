@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.workflow(seconds=45)
 
@@ -96,6 +97,20 @@ def round_trip(tmp_path_factory: pytest.TempPathFactory) -> RoundTrip:
     _ok(clone, BIN / "dvc", "remote", "modify", "--local", "storage", "url", origin / "dvc-storage")
     _ok(clone, BIN / "dvc", "pull", OUTPUT)
     return RoundTrip(origin, clone, unpushed, pushed, from_empty)
+
+
+def test_one_experiment_is_recorded_before_the_rest_of_its_paper(round_trip: RoundTrip) -> None:
+    """Paper A's stage is recorded after its one experiment run: that experiment's folder
+    with its hash, the others (never run) as bare paths, which `dvc status` calls deleted."""
+    lock = yaml.safe_load((round_trip.origin / "dvc.lock").read_text())["stages"]
+    assert set(lock) == {"attn_markov"}
+    hashed = [out["path"] for out in lock["attn_markov"]["outs"] if "md5" in out]
+    bare = [out["path"] for out in lock["attn_markov"]["outs"] if "md5" not in out]
+    assert hashed == [OUTPUT]
+    assert bare and all(path.startswith("results/attn_markov/") for path in bare)
+    status = _run(round_trip.origin, BIN / "dvc", "status", "attn_markov")
+    assert status.returncode == 0
+    assert all(f"deleted:            {path}" in status.stdout for path in bare), status.stdout
 
 
 def test_default_remote_lies_in_the_project_and_out_of_git(round_trip: RoundTrip) -> None:

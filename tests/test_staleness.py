@@ -5,8 +5,9 @@ Table 1, paper B's Fig. 5; tiny trainings) and their claims is built once by
 `snakemake claims_report`, whose ``onsuccess`` records it in dvc.lock. Then each edit of one
 setting or one module is made on its own, and the rules `snakemake -n` would
 run are compared with the stages `dvc status` calls changed plus everything downstream of
-them in dvc.yaml (DVC reports a changed stage only, Snakemake plans its consumers too). After
-each edit the file is restored, content and modification time.
+them in dvc.yaml (DVC reports a changed stage only, Snakemake plans its consumers too): the
+rules one by one, the stages as the papers those rules belong to (one DVC stage per paper,
+replicate/dvcfile.py). After each edit the file is restored, content and modification time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ import pytest
 import yaml
 
 from replicate.config import load_params
-from replicate.record import current_experiments
+from replicate.record import current_experiments, current_stages, record
 
 from .conftest import scratch_workflow
 
@@ -66,7 +68,9 @@ def dvc_plan(root: Path) -> set[str]:
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     grew = True
     while grew:
-        outs = {o for name in changed for o in stages[name]["outs"]}
+        # An output is a path, or a path with its options (``{path: {persist: true}}``).
+        outs = {str(next(iter(o))) if isinstance(o, dict) else o
+                for name in changed for o in stages[name]["outs"]}  # fmt: skip
         downstream = {
             name
             for name, stage in stages.items()
@@ -84,8 +88,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _run(root, sys.executable, "-m", "replicate.dvcfile")
     _run(root, str(BIN / "dvc"), "init", "--no-scm", "--quiet")
     out = _run(root, str(BIN / "snakemake"), "--cores", "2", BUILD)
-    assert "recorded 5 stage(s) in dvc.lock" in out
+    assert "recorded 3 stage(s) in dvc.lock" in out  # papers A and B, the claims
     return root
+
+
+def as_stages(rules: set[str]) -> set[str]:
+    """The DVC stages that record ``rules``' outputs: an experiment's paper, or the claims."""
+    return {rule if rule == "claims" else PAPER_OF[rule] for rule in rules}
 
 
 def _edit_yaml(key: str, change: Callable[[object], object]) -> Callable[[Path], None]:
@@ -148,6 +157,7 @@ def _rewrite_unchanged(path: str) -> Callable[[Path], None]:
 
 
 A = {"attn_markov_fig3", "attn_markov_table2", "attn_markov_table1"}
+PAPER_OF = {name: "attn_markov" if name in A else "local_global" for name in KEPT}
 EVERYTHING = {*KEPT, "claims"}
 CI = "experiments.attn_markov_fig3.settings"
 EDITS: dict[str, tuple[Callable[[Path], None], set[str]]] = {
@@ -207,6 +217,7 @@ def restoring(built: Path) -> Iterator[Path]:
     yield built
     for path, (data, mtime) in saved.items():
         if not path.exists() or path.read_bytes() != data or path.stat().st_mtime_ns != mtime:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a folder deleted whole
             path.write_bytes(data)
             os.utime(path, ns=(mtime, mtime))
 
@@ -216,7 +227,7 @@ def test_snakemake_and_dvc_agree(restoring: Path, edit: str) -> None:
     change, expected = EDITS[edit]
     change(restoring)
     assert snakemake_plan(restoring) == expected
-    assert dvc_plan(restoring) == expected
+    assert dvc_plan(restoring) == as_stages(expected)
 
 
 def test_the_record_step_sees_what_snakemake_sees_of_a_rewritten_module(restoring: Path) -> None:
@@ -227,5 +238,58 @@ def test_the_record_step_sees_what_snakemake_sees_of_a_rewritten_module(restorin
     assert set(current_experiments(params, restoring)) == set(KEPT)
     _rewrite_unchanged("replicate/experiments/attn_markov/common.py")(restoring)
     assert set(current_experiments(params, restoring)) == set(KEPT)
+    assert current_stages(params, restoring) == ["attn_markov", "local_global", "claims"]
     _edit_module("replicate/experiments/attn_markov/common.py")(restoring)
     assert set(current_experiments(params, restoring)) == set(KEPT) - A
+    assert current_stages(params, restoring) == ["local_global"]
+
+
+def test_a_paper_is_recorded_without_the_experiment_deleted_since(restoring: Path) -> None:
+    """An experiment's folder deleted whole goes into dvc.lock as a bare path, not with the
+    hash of its last record (which params.yaml may no longer match): `dvc status` calls it
+    deleted and plans its paper, as `snakemake -n` plans the experiment."""
+    lock = restoring / "dvc.lock"
+    recorded = lock.read_bytes()
+    params = load_params(restoring / "params.yaml", scale="ci")
+    try:
+        shutil.rmtree(restoring / "results/attn_markov/table1")
+        assert record(params, restoring) == ["attn_markov", "local_global"]
+        outs = yaml.safe_load(lock.read_text())["stages"]["attn_markov"]["outs"]
+        hashed = {out["path"]: "md5" in out for out in outs}
+        assert hashed == {
+            "results/attn_markov/fig3": True,
+            "results/attn_markov/table1": False,
+            "results/attn_markov/table2": True,
+        }
+        assert snakemake_plan(restoring) == {"attn_markov_table1", "claims"}
+        assert dvc_plan(restoring) == {"attn_markov", "claims"}
+    finally:
+        lock.write_bytes(recorded)
+
+
+def test_dvc_repro_reruns_only_the_stale_experiment_of_a_paper(tmp_path: Path) -> None:
+    """`dvc repro` of a paper's stage runs the paper's Snakemake target over its outputs kept
+    in place (``persist``): the experiment whose setting changed reruns, the other is left
+    as it was, and then neither DVC nor Snakemake finds anything to do."""
+    root = tmp_path
+    scratch_workflow(root, ("attn_markov_table1", "attn_markov_theorems"))
+    _run(root, sys.executable, "-m", "replicate.dvcfile")
+    _run(root, str(BIN / "dvc"), "init", "--no-scm", "--quiet")
+    _run(root, str(BIN / "snakemake"), "--cores", "1", "attn_markov")
+
+    def times(item: str) -> dict[Path, int]:
+        return {p: p.stat().st_mtime_ns for p in (root / "results/attn_markov" / item).iterdir()}
+
+    table1, theorems = times("table1"), times("theorems")
+    _edit_yaml("experiments.attn_markov_theorems.settings.ci.probe_directions", lambda v: v + 1)(
+        root
+    )
+    assert set(json.loads(_run(root, str(BIN / "dvc"), "status", "--json"))) == {
+        "attn_markov",
+        "claims",  # never built here
+    }
+    _run(root, str(BIN / "dvc"), "repro", "attn_markov")
+    assert times("table1") == table1
+    assert all(times("theorems")[p] > t for p, t in theorems.items())
+    assert set(json.loads(_run(root, str(BIN / "dvc"), "status", "--json"))) == {"claims"}
+    assert "Nothing to be done" in _run(root, str(BIN / "snakemake"), "-n", "attn_markov")

@@ -29,21 +29,31 @@ def test_dvc_yaml_is_generated_from_params() -> None:
 
 
 def test_dvc_stages_read_exactly_their_rules_inputs() -> None:
-    """One stage per experiment plus the claims; params at a templated scale, the shared
-    sections only where an experiment declares them; a derived stage depends on its upstream;
-    the claims on every experiment's outputs and the claims code."""
+    """One stage per paper plus the claims; a paper's stage runs its Snakemake target, reads
+    every key its experiments' rules read (settings at a templated scale, the shared
+    sections only where an experiment declares them) and its paper's code, and keeps each
+    experiment's folder through `dvc repro`; the claims depend on every experiment's outputs
+    and the claims code."""
+    from replicate.experiments import code_paths
+
     params = load_params(REPO / "params.yaml", only=[])
     stages = _dvc()["stages"]
-    assert set(stages) == {*params.experiments, "claims"}
-    for name, entry in params.experiments.items():
-        stage = stages[name]
-        assert stage["cmd"] == f"snakemake --cores all {name} --config scale=${{scale}}"
-        assert f"{params.section_of(name)}.{name}.settings.${{scale}}" in stage["params"]
-        assert ("classification" in stage["params"]) == ("classification" in entry.reads)
-        assert stage["outs"] == [str(entry.directory)]
-        upstream = params.upstream_of(name)
-        if upstream:
-            assert str(params.experiment(upstream).directory) in stage["deps"]
+    papers = {entry.paper for entry in params.experiments.values()}
+    assert set(stages) == {*papers, "claims"}
+    for paper in papers:
+        stage = stages[paper]
+        names = [n for n, e in params.experiments.items() if e.paper == paper]
+        assert stage["cmd"] == f"snakemake --cores all {paper} --config scale=${{scale}}"
+        assert stage["deps"] == code_paths(paper)
+        assert stage["outs"] == [
+            {str(params.experiment(n).directory): {"persist": True}} for n in names
+        ]
+        for name in names:
+            assert f"{params.section_of(name)}.{name}.settings.${{scale}}" in stage["params"]
+        reads_classification = any("classification" in params.experiment(n).reads for n in names)
+        assert ("classification" in stage["params"]) == reads_classification
+        assert len(stage["params"]) == len(set(stage["params"]))
+        assert "scale" not in stage["params"]
     claims = stages["claims"]
     assert {str(e.directory) for e in params.experiments.values()} <= set(claims["deps"])
     assert {"replicate/claims.py", "params.yaml"} <= set(claims["deps"])
