@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from replicate import io
 from replicate.config import read_yaml_file
+from replicate.control_record import CONTROLS_FILE, read_controls
 from replicate.params import PAPERS, SCALES, ConfigError, Params, Scale, format_errors
 from replicate.settings import Strict
 
@@ -185,6 +186,9 @@ class Claim(Strict):
     """The id of a claim of the same paper whose fact implies this one (issue 20, item 5:
     B5-maxima-repel follows from B5-rate). The claim is evaluated and shown as any other,
     but the tallies count the fact once, with the claim that implies it."""
+    holds_untrained: str | None = None
+    """Why the claim is meant to hold for a model that learned nothing (a claim about the
+    initialisation): its negative control (`replicate.control_record`) may then hold."""
     cpu_dependent: dict[Scale, str] | None = None
     """Per scale, why the verdict there depends on the CPU, with the spread measured (issue
     23): the stability check (`replicate.stability`) found that a numerically neutral
@@ -224,6 +228,8 @@ class ClaimSet:
     recorded: dict[str, dict[str, Recording]]
     files: list[Path]
     """The files read: each paper's claims file, and the recordings when present."""
+    controls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The negative controls' record per scale (`replicate.control_record.read_controls`)."""
 
     def recording(self, claim_id: str, scale: str) -> Recording | None:
         return self.recorded.get(claim_id, {}).get(scale)
@@ -388,7 +394,8 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
         raise ConfigError(
             f"params.yaml: claims_dir = {params.raw.claims_dir!r}: {folder} is not a folder"
         )
-    known = {claims_file(folder, p).name for p in PAPERS} | {RECORDED_FILE, STABILITY_FILE}
+    known = {claims_file(folder, p).name for p in PAPERS}
+    known |= {RECORDED_FILE, STABILITY_FILE, CONTROLS_FILE}
     strays = sorted(p.name for p in folder.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
     strays = [name for name in strays if name not in known]
     if strays:
@@ -419,7 +426,10 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     if path.exists():
         files.append(path)
     _check_cpu_dependence(claims, where, path)
-    return ClaimSet(claims, recorded, files)
+    path = folder / CONTROLS_FILE
+    if path.exists():
+        files.append(path)
+    return ClaimSet(claims, recorded, files, read_controls(path))
 
 
 def cpu_dependent_ids(path: Path) -> dict[str, set[str]]:

@@ -47,8 +47,9 @@ from replicate.claim_files import (
     run_steps,
     tested,
 )
+from replicate.control_record import control_problem, control_status
 from replicate.params import METRICS_FILE, PAPERS, PROVENANCE_FILE, SCALES, Params
-from replicate.provenance import differences
+from replicate.provenance import LEARNING, differences, learning_switched_off
 from replicate.verdicts import (
     CLAIMS_FILE,
     REPORT_FILE,
@@ -287,6 +288,15 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
                 f"the check runs at {params.scale!r}",
             )
             continue
+        learning = "off" if learning_switched_off() else "on"
+        if provenance.get(LEARNING, "on") != learning:
+            loaded[name] = (
+                None,
+                f"{provenance_file}: produced with learning {provenance.get(LEARNING, 'on')}, "
+                f"this evaluation reads runs with learning {learning} (the negative control, "
+                f"`python -m replicate controls`, switches it off); {rerun_advice(name)}",
+            )
+            continue
         differ = differences(name, params, provenance)
         if differ:  # e.g. restored by `dvc checkout` from a commit with other settings
             loaded[name] = (None, "; ".join([*differ, rerun_advice(name)]))
@@ -410,6 +420,13 @@ def _cpu_note(spread: str, own: str) -> str:
     )
 
 
+def _untrained_note(claim: Claim) -> str:
+    """Why the claim is meant to hold for models that learned nothing (``holds_untrained``)."""
+    if not claim.holds_untrained:
+        return ""
+    return f"Meant to hold untrained (its negative control may hold): {claim.holds_untrained}."
+
+
 def evaluate_claim(
     claim: Claim, claimset: ClaimSet, params: Params, metrics: dict[str, Any] | None, note: str
 ) -> ClaimRecord:
@@ -459,6 +476,7 @@ def evaluate_claim(
     if untested and not seed_note:
         verdict, note = UNTESTED, _untested_note(claim, params, scale)
     own = verdict
+    control, control_measured = control_status(claim, claimset.controls, params)
     cpu_note = (claim.cpu_dependent or {}).get(scale)
     if cpu_note and verdict in JUDGED:
         verdict = "inconclusive"
@@ -483,7 +501,7 @@ def evaluate_claim(
         provenance=claim.provenance,
         source=claim.source,
         reference_source=claim.reference_source,
-        note=" ".join(n for n in (claim.note or "", note) if n),
+        note=" ".join(n for n in (claim.note or "", _untrained_note(claim), note) if n),
         expected_measured=None if recording is None else recording.measured,
         expected_commit=None if recording is None else recording.commit,
         other_scale=other_scale,
@@ -496,6 +514,9 @@ def evaluate_claim(
         point_verdict=point,
         implied_by=claim.implied_by,
         own_verdict=own,
+        negative_control=control,
+        negative_measured=control_measured,
+        control_problem=control_problem(claim, control),
     )
 
 

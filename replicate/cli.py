@@ -1,5 +1,6 @@
 """Command line: `python -m replicate
-{list,run,claims,check,expect,record,stability,plan}` (Snakemake calls run, claims and check).
+{list,run,claims,check,expect,record,stability,controls,plan}` (Snakemake calls run, claims
+and check).
 
 The options --params and --scale go before or after the subcommand.
 """
@@ -98,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     stability.add_argument("--workdir", type=Path, help="keep the clones here (default: none)")
     stability.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
+    control = command(
+        "controls",
+        help="rerun the suite with learning switched off (the negative control) and record "
+        "each claim's verdict there in claims/controls.json",
+    )
+    control.add_argument("--workdir", type=Path, help="keep the clone here (default: none)")
+    control.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
     plan = command(
         "plan",
         help="cost plan: calibrate every rule (trainings cut to a few steps), print model-steps, "
@@ -230,6 +238,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
         return 0
 
+    if args.command == "controls":
+        from replicate.controls import controls
+
+        params = load_params(args.params, scale=args.scale)
+        print(f"wrote {controls(params, workdir=args.workdir, cores=args.cores)}")
+        return 0
+
     from replicate import claims, io, verdicts
 
     params = load_params(args.params, scale=args.scale)
@@ -259,6 +274,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return 1
         bad = verdicts.unexpected(records)
         for r in bad:
+            if r.control_problem:
+                print(f"CANNOT FAIL {r.id}: {r.control_problem}", file=sys.stderr)
+            if r.matches_expectation:
+                continue
             print(
                 f"UNEXPECTED {r.id}: verdict {r.verdict} (measured {r.measured}, reference "
                 f"{r.reference}, {r.comparison} tol {r.tolerance}), expected {r.expected}"

@@ -23,12 +23,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from replicate import io
-from replicate.params import PROVENANCE_FILE, Params
+from replicate.params import PROVENANCE_FILE, ConfigError, Params
 
 SETTINGS_AS_WRITTEN = "settings_as_written"
 """provenance.json's key for the experiment's settings as params.yaml writes them."""
@@ -36,6 +37,26 @@ CODE_DIGEST = "code_sha256"
 """provenance.json's key for the digest of the code that produced the outputs."""
 CODE_ROOT = Path(__file__).resolve().parents[1]
 """The folder that holds the running `replicate` package: the project, in a checkout."""
+LEARNING = "learning"
+"""provenance.json's key, present with the value ``off`` in the outputs of a run with
+learning switched off (`LEARNING_ENV`): the claims step never reads such outputs as a
+training's, nor a training's as a control's."""
+
+LEARNING_ENV = "MARKOV_REPLICATE_LEARNING"
+"""The environment variable that switches learning off for the negative control
+(`replicate.controls`): with the value ``off``, every `replicate.training.train_ensemble`
+call trains with a learning rate of 0, the same members, seeds, data, schedule and
+evaluations, so the model stays at its initialisation (AdamW's and SGD's updates, weight
+decay included, are scaled by the learning rate). ``on`` or unset: training as configured."""
+
+
+def learning_switched_off() -> bool:
+    """Whether `LEARNING_ENV` switches learning off in this process (a value other than
+    ``on`` or ``off`` is an error naming it)."""
+    value = os.environ.get(LEARNING_ENV, "on")
+    if value not in ("on", "off"):
+        raise ConfigError(f"environment: {LEARNING_ENV} = {value!r}: expected 'on' or 'off'")
+    return value == "off"
 
 
 def code_digest(paper: str, root: Path = CODE_ROOT) -> str:

@@ -9,7 +9,14 @@ from typing import Any
 
 from replicate import io
 from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
-from replicate.verdicts import SEED_BOOTSTRAP, SEED_RANGE, VERDICTS, ClaimRecord, counted
+from replicate.verdicts import (
+    SEED_BOOTSTRAP,
+    SEED_RANGE,
+    VERDICTS,
+    ClaimRecord,
+    counted,
+    unexpected,
+)
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -90,7 +97,16 @@ def _condition(r: ClaimRecord) -> str:
 
 
 def _status(r: ClaimRecord) -> str:
-    return "✅ as expected" if r.matches_expectation else "❌ UNEXPECTED"
+    if not r.matches_expectation:
+        return "❌ UNEXPECTED"
+    return "❌ CANNOT FAIL" if r.control_problem else "✅ as expected"
+
+
+def _control(r: ClaimRecord) -> str:
+    """The claim's negative control (learning switched off): its verdict and value there."""
+    if r.negative_measured is None:
+        return r.negative_control or "—"
+    return f"{r.negative_control} ({value_text(r.negative_measured, r)})"
 
 
 def _expected(r: ClaimRecord) -> str:
@@ -125,14 +141,16 @@ def _seeds(r: ClaimRecord) -> str:
 def _claims_table(records: list[ClaimRecord]) -> list[str]:
     lines = [
         "| claim | provenance | figure | statement | measured | condition | per seed; "
-        "interval over seeds | verdict | expected | other scale expects | check |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "interval over seeds | verdict | untrained (control) | expected | other scale expects "
+        "| check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         lines.append(
             f"| `{r.id}` | {r.provenance} | {_cell(r.figure)} | {_cell(r.statement)} "
             f"| {value_text(r.measured, r)} | {_condition(r)} | {_seeds(r)} "
-            f"| **{r.verdict}** | {_cell(_expected(r))} | {r.other_scale}: {r.other_expected} "
+            f"| **{r.verdict}** | {_control(r)} | {_cell(_expected(r))} "
+            f"| {r.other_scale}: {r.other_expected} "
             f"| {_status(r)} |"
         )
     return lines
@@ -146,6 +164,9 @@ def _claim_notes(records: list[ClaimRecord]) -> list[str]:
             lines.append(f"\n- `{r.id}` follows from `{r.implied_by}`: not counted in the tallies.")
         if r.note:
             lines.append(f"\n- `{r.id}`: {r.note}")
+        if r.control_problem:
+            lines.append(f"\n- `{r.id}` cannot fail: {r.control_problem}")
+
         if r.expected != "holds" and r.expected_reason:
             lines.append(
                 f"\n- `{r.id}` is expected {r.expected} at {r.scale} scale: {r.expected_reason}"
@@ -228,7 +249,7 @@ def _tally(records: list[ClaimRecord]) -> str:
     the unexpected verdicts among all the claims (`verdicts.counted`)."""
     facts = counted(records)
     counts = [sum(r.verdict == v for r in facts) for v in VERDICTS]
-    bad = sum(not r.matches_expectation for r in records)
+    bad = len(unexpected(records))
     implied = len(records) - len(facts)
     return f"{implied or '—'} | {len(facts)} | " + " | ".join(map(str, counts)) + f" | {bad or '—'}"
 
@@ -259,7 +280,7 @@ def _headline(records: list[ClaimRecord]) -> list[str]:
 
 
 def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
-    n_bad = sum(not r.matches_expectation for r in records)
+    n_bad = len(unexpected(records))
     facts = counted(records)
     paper_recs = [r for r in facts if r.provenance == "paper"]
     counts = {v: sum(r.verdict == v for r in paper_recs) for v in VERDICTS}

@@ -37,6 +37,7 @@ from replicate.chunking import (
     write_members,
 )
 from replicate.params import Precision
+from replicate.provenance import learning_switched_off
 
 if TYPE_CHECKING:
     import lightning as L
@@ -346,6 +347,8 @@ def train_ensemble(
     from lightning_modules import NextTokenCE
 
     objective = objective if objective is not None else NextTokenCE()
+    if learning_switched_off():
+        optim = replace(optim, lr=0.0)
     per_chunk = _members_per_chunk(model, members, plan, objective)
     if per_chunk >= len(members):
         return _train(model, members, plan, optim, label, objective, probes, progress)

@@ -66,13 +66,22 @@ class ClaimRecord:
     """The verdict of this run's own evidence: ``verdict`` itself, except where the claim is
     ``cpu_dependent`` at this scale (``verdict`` is then inconclusive on every machine). The
     stability check compares these."""
+    negative_control: str = ""
+    """The claim's verdict on models that learned nothing (`replicate.control_record`), or
+    why there is none: ``n/a`` (no trained model), ``not run``, ``stale``."""
+    negative_measured: float | None = None
+    control_problem: str = ""
+    """Why the check fails on the claim's control (`replicate.control_record.control_problem`);
+    empty when it does not."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def unexpected(records: list[ClaimRecord]) -> list[ClaimRecord]:
-    return [r for r in records if not r.matches_expectation]
+    """The records the check fails on: a verdict other than the expected one, or a control
+    that says the claim cannot fail (``control_problem``)."""
+    return [r for r in records if not r.matches_expectation or r.control_problem]
 
 
 def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:
@@ -98,7 +107,7 @@ def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
         "implied": len(recs) - len(facts),
         "facts": len(facts),
         **{v.replace("-", "_"): sum(r.verdict == v for r in facts) for v in VERDICTS},
-        "unexpected": sum(not r.matches_expectation for r in recs),
+        "unexpected": len(unexpected(recs)),
     }
 
 

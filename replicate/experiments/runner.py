@@ -22,7 +22,13 @@ from replicate import io
 from replicate.experiments import REGISTRY
 from replicate.experiments.base import Metrics, RunContext
 from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
-from replicate.provenance import CODE_DIGEST, code_digest, recorded_inputs
+from replicate.provenance import (
+    CODE_DIGEST,
+    LEARNING,
+    code_digest,
+    learning_switched_off,
+    recorded_inputs,
+)
 from replicate.training import checkpointing, configure_torch
 
 CHECKPOINT_DIR = Path("checkpoints")
@@ -30,12 +36,14 @@ CHECKPOINT_DIR = Path("checkpoints")
 
 def provenance(name: str, params: Params) -> dict[str, object]:
     """What produced an experiment's outputs: `recorded_inputs` (every params.yaml value
-    that shapes them), the device and library versions (issue 11) and the code's digest."""
+    that shapes them), the device and library versions and the code's digest; in a run with
+    learning switched off (the negative control), `LEARNING`: ``off``."""
     return {
         **recorded_inputs(name, params),
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         CODE_DIGEST: code_digest(params.experiment(name).paper),
+        **({LEARNING: "off"} if learning_switched_off() else {}),
     }
 
 
