@@ -8,9 +8,11 @@ claims figure by figure, in the paper's order.
 
 ``claims/recorded.json`` is written by ``python -m replicate expect`` (`replicate.expect`),
 never by hand: per claim and scale, what the harness measured when the expectation was set
-(the value, how it was measured, the commit and the date). An expectation rests on such a
-recording or, where nothing was measured at that scale (a paper-scale run not made yet), on a
-``basis`` written by hand; never on both. One with neither says so in the report.
+(the verdict it was recorded for, the value, how it was measured, the commit and the date).
+An expectation rests on such a recording or, where nothing was measured at that scale (a
+paper-scale run not made yet), on a ``basis`` written by hand; never on both. One with
+neither says so in the report, and so does one whose recording was made for another verdict
+than the one expected now: that recording backs nothing until `expect` records it again.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from replicate.settings import Strict
 RECORDED_FILE = "recorded.json"
 NOT_RECORDED = "not recorded yet: run the claim, then `python -m replicate expect {id}`"
 """The basis shown for an expectation that rests on no recording and no written basis."""
+UNBACKED = (
+    "the expected {expected} is not backed by its recording in {file} ({detail}), made for "
+    "verdict {recorded}: run the claim, then `python -m replicate expect {id}`"
+)
+"""The basis shown for an expectation whose recording was made for another verdict."""
 
 STABILITY_FILE = "stability.json"
 """The last stability check's results (`replicate.stability`), also kept in the claims folder."""
@@ -88,6 +95,9 @@ class Expectation(Strict):
 class Recording(Strict):
     """What the harness measured when an expectation was set (written by `expect`)."""
 
+    verdict: Verdict
+    """The verdict expected, and measured, when it was recorded: the recording backs the
+    expectation only while the claims file still expects that verdict."""
     basis: str
     """How it was measured, with the value (and per-seed values and interval)."""
     measured: float | None = None
@@ -148,6 +158,11 @@ class SeedAggregate(Strict):
     indicator: float | None = None
     only: SeedFilter | None = None
     call_bounds: bool = False
+    quantifier: Literal["any", "all"] | None = None
+    """A claim about some seed (``any``: "in at least one seed") or every seed (``all``) of
+    the runs made: its verdict is the per-seed verdicts' disjunction or conjunction, with no
+    interval over seed resamples (a statement about the seeds run, not about a mean that
+    more seeds would estimate). The claim's metric must give the same verdict."""
 
     @model_validator(mode="after")
     def _placeholders(self) -> SeedAggregate:
@@ -155,6 +170,8 @@ class SeedAggregate(Strict):
             raise ValueError("per_seed.pattern needs exactly one '{seed}'")
         if ("*" in self.pattern) != (self.over_groups is not None):
             raise ValueError("per_seed.over_groups is needed exactly when the pattern has '*'")
+        if self.quantifier is not None and self.over_groups is not None:
+            raise ValueError("per_seed.quantifier needs a pattern without groups ('*')")
         if self.call_bounds and (self.indicator is not None or self.over_seeds == "abs_mean"):
             raise ValueError(
                 "per_seed.call_bounds needs an aggregate that is monotone in each seed's value "
@@ -231,15 +248,43 @@ class ClaimSet:
     controls: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The negative controls' record per scale (`replicate.control_record.read_controls`)."""
 
-    def recording(self, claim_id: str, scale: str) -> Recording | None:
-        return self.recorded.get(claim_id, {}).get(scale)
+    def recording(self, claim: Claim, scale: str) -> Recording | None:
+        """The recording the expectation at ``scale`` rests on; None where there is none or
+        where it was made for another verdict than the one expected now (`unbacked`)."""
+        recording = self.recorded.get(claim.id, {}).get(scale)
+        return None if recording is None or self.unbacked(claim, scale) else recording
+
+    def unbacked(self, claim: Claim, scale: str) -> str:
+        """Where the recording at ``scale`` was made for another verdict than the expected
+        one, what says that it does not back the expectation; else ''."""
+        recording = self.recorded.get(claim.id, {}).get(scale)
+        expected = claim.expected[scale].verdict  # type: ignore[index]
+        if recording is None or recording.verdict == expected:
+            return ""
+        detail = ", ".join(
+            part
+            for part in (
+                "" if recording.measured is None else f"measured {recording.measured:.4g}",
+                f"at `{recording.commit}`" if recording.commit else "",
+            )
+            if part
+        )
+        return UNBACKED.format(
+            file=RECORDED_FILE,
+            detail=detail or "no value",
+            recorded=recording.verdict,
+            expected=expected,
+            id=claim.id,
+        )
 
     def basis(self, claim: Claim, scale: str) -> str:
-        """What the expectation at ``scale`` rests on: the recording, else the written basis."""
-        recording = self.recording(claim.id, scale)
+        """What the expectation at ``scale`` rests on: the recording, else the written basis;
+        or what says it rests on nothing (no recording, or one made for another verdict)."""
+        recording = self.recording(claim, scale)
         if recording is not None:
             return recording.basis
-        return claim.expected[scale].basis or NOT_RECORDED.format(id=claim.id)  # type: ignore[index]
+        written = claim.expected[scale].basis  # type: ignore[index]
+        return self.unbacked(claim, scale) or written or NOT_RECORDED.format(id=claim.id)
 
 
 def claims_file(folder: Path, paper: str) -> Path:

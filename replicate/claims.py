@@ -8,7 +8,9 @@ produced at another scale. A claim measured over several seeds (``per_seed``) al
 per-seed verdicts and an interval of its measured value over seeds (`seed_interval`): the
 seed range below `MIN_BOOTSTRAP_SEEDS` seeds, else a 95 % seed-bootstrap interval; when that
 interval straddles the tolerance the verdict is ``inconclusive`` (the seeds disagree),
-whatever the point value says. A claim about some of the seeds only (``per_seed.only``, e.g.
+whatever the point value says; except for a claim about some or every seed of the runs made
+(``per_seed.quantifier``), whose verdict is that of its seeds (`quantified_verdict`). A
+claim about some of the seeds only (``per_seed.only``, e.g.
 the stuck runs) is measured over those; when no seed is one of them it is ``inconclusive``
 with a note saying it has no subject (`no_subject`). The check fails when any verdict
 differs from the expected one; ``missing`` always fails.
@@ -108,6 +110,21 @@ def interval_verdict(
     if not point_holds and _fails_everywhere(lo, hi, reference, comparison, tol):
         return "does-not-reproduce"
     return "inconclusive"
+
+
+def quantified_verdict(quantifier: str, evidence: SeedEvidence, point: str) -> tuple[str, str]:
+    """The verdict of a claim about some (``any``) or every (``all``) seed: the per-seed
+    verdicts' disjunction or conjunction; and a note when the claim's metric (``point``, its
+    point verdict) gives another verdict, so does not express the quantifier."""
+    holding = [v == "holds" for v in evidence.verdicts.values()]
+    holds = any(holding) if quantifier == "any" else all(holding)
+    verdict = "holds" if holds else "does-not-reproduce"
+    if verdict != point:
+        return verdict, (
+            f"per_seed.quantifier {quantifier!r} gives {verdict} over the seeds' verdicts, but "
+            f"the claim's metric gives {point}: the metric does not express the quantifier"
+        )
+    return verdict, ""
 
 
 def _describe(value: Any) -> str:
@@ -432,7 +449,7 @@ def evaluate_claim(
 ) -> ClaimRecord:
     scale = params.scale
     expectation = claim.expected[scale]  # type: ignore[index]
-    recording = claimset.recording(claim.id, scale)
+    recording = claimset.recording(claim, scale)
     other_scale = next(s for s in SCALES if s != scale)
     other = claim.expected[other_scale]  # type: ignore[index]
     tolerance = getattr(claim.tolerance, scale)
@@ -461,6 +478,11 @@ def evaluate_claim(
         evidence, seed_note = _seed_evidence(claim, metrics or {}, measured, reference, tolerance)
         if seed_note:
             verdict, note = "missing", f"{metrics_file}: {seed_note}"
+        elif claim.per_seed is not None and claim.per_seed.quantifier is not None:
+            quantifier = claim.per_seed.quantifier
+            verdict, quantified_note = quantified_verdict(quantifier, evidence, point)
+            if quantified_note:
+                verdict, note = "missing", f"{metrics_file}: {quantified_note}"
         elif evidence.interval is not None:
             verdict = interval_verdict(
                 holds, evidence.interval, reference, claim.comparison, tolerance
@@ -501,7 +523,16 @@ def evaluate_claim(
         provenance=claim.provenance,
         source=claim.source,
         reference_source=claim.reference_source,
-        note=" ".join(n for n in (claim.note or "", _untrained_note(claim), note) if n),
+        note=" ".join(
+            n
+            for n in (
+                claim.note or "",
+                _untrained_note(claim),
+                note,
+                claimset.unbacked(claim, scale),
+            )
+            if n
+        ),
         expected_measured=None if recording is None else recording.measured,
         expected_commit=None if recording is None else recording.commit,
         other_scale=other_scale,

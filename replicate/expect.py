@@ -2,9 +2,11 @@
 
 A person sets a claim's expected verdict and its reason in ``claims/<paper>.yaml``; this
 records what the harness measured for it at the active scale, in ``claims/recorded.json``
-(`replicate.claim_files`): the measured value, how it was measured (per-seed values and the
-interval where the claim has them, and the device), the commit and the UTC date. Nothing
-else writes that file, and no person should.
+(`replicate.claim_files`): the verdict (the expected one, which the measurement gives), the
+measured value, how it was measured (per-seed values and the interval where the claim has
+them, and the device), the commit and the UTC date. Nothing else writes that file, and no
+person should. When the person later expects another verdict, the recording no longer backs
+the expectation (the report says so) until this records it again.
 
 It records only what the commit it names produced. It refuses, naming each claim or file:
 - a working tree with changes to tracked files or untracked files (`git status`), other than
@@ -147,6 +149,7 @@ def expect(
     for claim in chosen:
         record = records[claim.id]
         recorded.setdefault(claim.id, {})[scale] = Recording(
+            verdict=record.verdict,
             basis=describe(record, _device(params, claim.experiment, root)),
             measured=record.measured,
             commit=commit,

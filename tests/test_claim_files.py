@@ -2,8 +2,9 @@
 
 Loading: the repository's files read in the papers' order and figure by figure; each fault
 is named by file and claim id. Recording: `expect` writes what the current outputs measure,
-with the commit and date, only from a clean tree, only for a verdict the claims file expects,
-never over a written basis; the report then shows the recording.
+with the verdict, commit and date, only from a clean tree, only for a verdict the claims file
+expects, never over a written basis; the report then shows the recording, while the claims
+file still expects the verdict it was made for.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from replicate import claims
-from replicate.claim_files import NOT_RECORDED, load_claims
+from replicate import claims, verdicts
+from replicate.claim_files import NOT_RECORDED, UNBACKED, load_claims
 from replicate.cli import main
 from replicate.config import load_params
 from replicate.expect import RefusedRecording, expect
@@ -62,10 +63,12 @@ def test_no_hand_edited_claims_file_holds_a_recorded_measurement() -> None:
 
 
 def test_every_ci_expectation_rests_on_a_recording_or_a_written_basis() -> None:
+    """A recording made for another verdict than the one expected now backs nothing."""
     params = load_params(PARAMS_FILE, scale="ci")
     claimset = load_claims(params)
     for claim in claimset.claims:
-        assert claimset.basis(claim, "ci") != NOT_RECORDED.format(id=claim.id), claim.id
+        backed = claimset.recording(claim, "ci") is not None or claim.expected["ci"].basis
+        assert backed, claimset.basis(claim, "ci")
 
 
 def _full_history() -> bool:
@@ -188,7 +191,12 @@ def test_a_stray_file_a_missing_folder_and_recordings_that_do_not_fit(
     with pytest.raises(ConfigError, match="A-gone: no claim of that id"):
         load_claims(params)
     assert load_claims(params, prune=True).recorded == {}
-    recorded.write_text(json.dumps({CLAIM_ID: {"paper": {"basis": "measured"}}}))
+    recorded.write_text(json.dumps({CLAIM_ID: {"ci": {"basis": "measured"}}}))
+    with pytest.raises(
+        ConfigError, match=rf"{CLAIM_ID}\.ci: invalid recording\n  verdict: missing"
+    ):
+        load_claims(params)  # a recording names the verdict it was made for
+    recorded.write_text(json.dumps({CLAIM_ID: {"paper": {"verdict": "holds", "basis": "m"}}}))
     with pytest.raises(ConfigError, match="delete that basis"):  # the paper basis is written
         load_claims(params)
     recorded.write_text(json.dumps({CLAIM_ID: {"ci": {"basis": "m", "measured": "x"}}}))
@@ -236,6 +244,7 @@ def test_expect_records_value_commit_and_date_and_the_report_shows_them(project:
     head = _git(root, "rev-parse", "--short", "HEAD")
     assert (done.ids, done.commit) == ([CLAIM_ID], head)
     entry = json.loads((root / "claims/recorded.json").read_text())[CLAIM_ID]["ci"]
+    assert entry["verdict"] == "holds"  # the verdict expected, and measured
     assert entry["measured"] == 1.0 and entry["commit"] == head
     assert entry["date"] == datetime.datetime.now(datetime.UTC).date().isoformat()
     assert entry["basis"].startswith("measured at ci scale on CPU: 1; per seed: seed 0: 1,")
@@ -243,6 +252,49 @@ def test_expect_records_value_commit_and_date_and_the_report_shows_them(project:
     (after,) = claims.evaluate(params, root)
     assert (after.expected_measured, after.expected_commit) == (1.0, head)
     assert after.expected_basis == entry["basis"]
+
+
+def _expect_at_ci(project: Path, expectation: dict) -> None:
+    """The project's claims file with ``expectation`` as its claim's ci expectation."""
+    path = project.parent / "claims/attn_markov.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["claims"][0]["expected"]["ci"] = expectation
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def test_a_recording_made_for_another_verdict_backs_nothing(project: Path) -> None:
+    """A person who changes an expected verdict leaves the recording made for the old one:
+    the record shows no value or commit behind the new expectation, its basis and note say
+    what the recording was made for and what to run; the check does not fail on that alone.
+    `expect` records again, and the recording backs the expectation."""
+    root = project.parent
+    params = load_params(project, scale="ci")
+    expect(params, [CLAIM_ID], root)
+    old = _git(root, "rev-parse", "--short", "HEAD")
+    _expect_at_ci(project, {"verdict": "does-not-reproduce", "reason": "all runs escape"})
+    _write_outputs(root, _stuck(0.0))  # the runs now measure does-not-reproduce
+    (record,) = claims.evaluate(params, root)
+    assert record.verdict == record.expected == "does-not-reproduce"
+    assert (record.expected_measured, record.expected_commit) == (None, None)
+    unbacked = UNBACKED.format(
+        file="recorded.json",
+        detail=f"measured 1, at `{old}`",
+        recorded="holds",
+        expected="does-not-reproduce",
+        id=CLAIM_ID,
+    )
+    assert record.expected_basis == unbacked
+    assert "made for verdict holds" in unbacked and f"replicate expect {CLAIM_ID}`" in unbacked
+    assert record.note.endswith(unbacked)  # shown under the claim's table in REPORT.md
+    assert verdicts.unexpected([record]) == []
+    _git(root, "commit", "-q", "-am", "expect does-not-reproduce")
+    expect(params, [CLAIM_ID], root)
+    entry = json.loads((root / "claims/recorded.json").read_text())[CLAIM_ID]["ci"]
+    assert (entry["verdict"], entry["measured"]) == ("does-not-reproduce", 0.0)
+    (record,) = claims.evaluate(params, root)
+    new = _git(root, "rev-parse", "--short", "HEAD")
+    assert (record.expected_measured, record.expected_commit) == (0.0, new)
+    assert record.expected_basis == entry["basis"] and "made for verdict" not in record.note
 
 
 def test_expect_refuses_a_dirty_tree_and_an_unexpected_verdict(project: Path) -> None:

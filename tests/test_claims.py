@@ -10,7 +10,7 @@ import pytest
 from replicate import claims, verdicts
 from replicate.claim_files import load_claims
 from replicate.cli import main
-from replicate.config import load_params
+from replicate.config import load_params, read_params_file
 from replicate.provenance import recorded_inputs
 
 from .conftest import PARAMS_FILE, claim_dict, params_with_claims
@@ -493,3 +493,46 @@ def test_only_keeps_the_seeds_a_claim_is_about() -> None:
             over_groups="max",
             only={"pattern": "a/*/seed{seed}/class", "equals": -1.0},
         )
+
+
+@pytest.mark.parametrize(
+    ("quantifier", "seeds", "verdict"),
+    [
+        ("any", ["does-not-reproduce", "holds", "does-not-reproduce"], "holds"),
+        ("any", ["does-not-reproduce", "does-not-reproduce"], "does-not-reproduce"),
+        ("all", ["holds", "holds"], "holds"),
+        ("all", ["holds", "does-not-reproduce", "holds"], "does-not-reproduce"),
+    ],
+)
+def test_a_quantified_claim_takes_its_seeds_verdicts(
+    quantifier: str, seeds: list[str], verdict: str
+) -> None:
+    evidence = claims.SeedEvidence(verdicts={str(s): v for s, v in enumerate(seeds)})
+    assert claims.quantified_verdict(quantifier, evidence, verdict) == (verdict, "")
+    other = "holds" if verdict != "holds" else "does-not-reproduce"
+    assert (
+        "does not express the quantifier"
+        in claims.quantified_verdict(quantifier, evidence, other)[1]
+    )
+
+
+def test_an_existential_claim_holds_when_one_seed_of_three_shows_it(tmp_path: Path) -> None:
+    """Paper C's C-F3d ("in at least one seed"): one seed of three switching holds, where an
+    interval over seed resamples would read the seeds' disagreement as inconclusive."""
+    claim = claim_dict("C-F3d-head-switch")
+    params_file = params_with_claims(tmp_path, read_params_file(PARAMS_FILE), [claim])
+    params = load_params(params_file, scale="ci")
+    out = tmp_path / "results/subngrams/fig3"
+    out.mkdir(parents=True)
+    switched = {"seed1/final_switch": 0.0, "seed2/final_switch": 0.0, "seed3/final_switch": 1.0}
+    metrics = {"F3d/frac_seeds_switched": 1 / 3, **switched}
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    provenance = recorded_inputs("subngrams_fig3", params)
+    (out / "provenance.json").write_text(json.dumps(provenance))
+    (record,) = claims.evaluate(params, tmp_path)
+    assert (record.verdict, record.point_verdict) == ("holds", "holds")
+    assert record.interval is not None and record.interval[0] < 0.2 < record.interval[1]
+    switched["seed3/final_switch"] = 0.0
+    (out / "metrics.json").write_text(json.dumps({"F3d/frac_seeds_switched": 0.0, **switched}))
+    (record,) = claims.evaluate(params, tmp_path)
+    assert record.verdict == "does-not-reproduce"
