@@ -22,16 +22,25 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from replicate import io
 from replicate.params import ConfigError, Params
 from replicate.provenance import code_digest
 
-if TYPE_CHECKING:
-    from replicate.claim_files import Claim
-
 CONTROLS_FILE = "controls.json"
+
+
+class Claim(Protocol):
+    """What the record needs of a claim (`replicate.claim_files.Claim`, which imports this
+    module to read the record)."""
+
+    id: str
+    experiment: str
+    provenance: str
+    holds_untrained: str | None
+
+    def model_dump(self, *, mode: str, include: frozenset[str]) -> dict[str, Any]: ...
 
 NOT_RUN = "not run"
 """A claim's control status at a scale the record does not cover."""

@@ -181,3 +181,35 @@ def test_a_flat_tail_keeps_the_plateaus_found_with_a_reference_length(length: in
     relative = detect_plateaus(steps, noisy)
     if length >= 12000:
         assert [round(p.level, 2) for p in relative] == [1.40]
+
+
+EARLY = [(0, 1.80), (40, 1.70), (160, 1.70), (260, 1.60), (800, 1.60), *STAIRCASE[3:]]
+"""A fast first drop to a plateau at steps 40-160, then the staircase's three plateaus."""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_local_scale_finds_an_early_plateau_the_run_scale_misses(seed: int) -> None:
+    """The plateau at steps 40-160 is shorter than rho t_max = 150 steps and narrower than
+    the slope window (2 x 80 steps): judged on the scale of the steps elapsed it is found,
+    and the run-scale rule's plateaus are kept as they are (the shape of paper C's Fig. 1
+    unigram plateau, spec C §4.1)."""
+    loss = _piecewise(EARLY, seed=seed)
+    run = detect_plateaus(STEPS, loss)
+    local = detect_plateaus(STEPS, loss, local_scale=True)
+    assert [round(p.level, 2) for p in run] == [1.60, 1.50, 1.40]
+    assert round(local[0].level, 2) == 1.70 and local[0].t0 >= 40 and local[0].t1 <= 160
+    assert local[1:] == run
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_local_scale_adds_no_plateau_to_a_steady_descent(seed: int) -> None:
+    """A steady descent falls at its own mean rate, twice the local flatness threshold: no
+    plateau, or only the final one after convergence; a flat curve is one plateau."""
+    assert (
+        detect_plateaus(STEPS, _piecewise([(0, 1.7), (3000, 1.4)], seed=seed), local_scale=True)
+        == []
+    )
+    converged = _piecewise([(0, 1.7), (2000, 1.4), (3000, 1.4)], seed=seed)
+    assert [round(p.level, 2) for p in detect_plateaus(STEPS, converged, local_scale=True)] == [1.4]
+    flat = detect_plateaus(STEPS, np.full(STEPS.shape, 1.7), local_scale=True)
+    assert [(p.t0, p.t1) for p in flat] == [(0.0, 3000.0)]

@@ -1,7 +1,9 @@
 """Plateaus and transitions of a test-loss curve, and their k-gram levels (spec C §4.0).
 
 The detector needs no level in advance: it finds flat stretches of the smoothed curve
-relative to the curve's own mean descent rate. Defaults are the spec's calibrated values.
+relative to the curve's own mean descent rate, over the whole run (the spec's rule) and, with
+``local_scale``, over the run so far (paper C's stage analysis). Defaults are the spec's
+calibrated values.
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ def _flat_runs(flat: np.ndarray) -> list[tuple[int, int]]:
     return runs
 
 
+def _slopes(t: np.ndarray, smooth: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """s_j = (L~_{j-h_j} - L~_{j+h_j}) / (t_{j+h_j} - t_{j-h_j}) with indices clipped to the
+    curve (spec C §4.0, step 3), and the clipped indices j + h_j."""
+    index = np.arange(len(t))
+    before = np.clip(index - h, 0, len(t) - 1)
+    after = np.clip(index + h, 0, len(t) - 1)
+    return (smooth[before] - smooth[after]) / (t[after] - t[before]), after
+
+
 def detect_plateaus(
     steps: Sequence[float] | np.ndarray,
     losses: Sequence[float] | np.ndarray,
@@ -66,6 +77,7 @@ def detect_plateaus(
     merge_rel: float = 0.05,
     reference_steps: float | None = None,
     floor: float | None = None,
+    local_scale: bool = False,
 ) -> list[Plateau]:
     """Plateaus of a loss curve evaluated at increasing ``steps`` (spec C §4.0, steps 1-4).
 
@@ -88,6 +100,33 @@ def detect_plateaus(
     gives thresholds in steps and nats per step that do not depend on where the run stops,
     once Delta does not either: ``floor`` = the level the run descends to (paper C: the
     n-gram loss b_n), not the lowest point this run reached.
+
+    ``local_scale``: also judge each point as steps 2-4 would judge the run stopped there,
+    on the scale of the steps elapsed. One scale t_ref for the whole run misses the early
+    plateaus of paper C's own curves, whose stages lengthen as training proceeds: at E = 16,
+    Fig. 1's unigram plateau (steps ~20-250 of t_ref = 6,144) is narrower than the slope
+    window (+-160 steps), and Fig. 4's bigram plateau (~200-320 of 4,096) shorter than
+    rho t_ref = 123 steps plus its window (+-96 steps) (spec C §4.1, §4.5; readings in
+    `replicate.experiments.subngrams.paper_readings`). The spec's detector distils the
+    paper's figures; where they disagree, the figures win. The local rule, at evaluation j:
+    * time scale: T_j = t_j - t_0 clipped to [T_min, t_ref], T_min = (window // 2) E /
+      slope_span; at shorter scales the slope window would be narrower than the running
+      median's half-width, and the slope of the smoothed curve mostly noise;
+    * slope: s'_j as in step 3 over h_j = round(slope_span T_j / E) evaluations, each L~
+      placed at the median step of its window, so that the truncated windows at the ends
+      do not halve the slope of a steady descent there;
+    * flatness: s'_j <= kappa r_j, r_j = (L_0 - min L~ up to j + h_j) / (steps elapsed by
+      j + h_j), step 2's rate for the run stopped at the slope window's far end, with L_0
+      the first loss unsmoothed (the median replaces it by a later level when the first
+      drop is shorter than half the window: Fig. 1 falls from 1.10 to 1.058 within 20
+      steps);
+    * plateau: a run of such points lasting >= rho T at its last point and sharing no
+      point with a plateau of step 4.
+    So the local rule adds the plateaus that are flat and long relative to the time the
+    run took to reach them, wherever the run stops, and that the run-scale rule cannot
+    resolve; the plateaus of step 4 and the merging are the spec's, unchanged. A steady
+    descent is never flat by the local rule (its slope is its own mean rate, twice the
+    threshold), and a curve flat at its first loss is one plateau by both rules.
     """
     t = np.asarray(steps, dtype=np.float64)
     loss = np.asarray(losses, dtype=np.float64)
@@ -96,12 +135,25 @@ def detect_plateaus(
     smooth = running_median(loss, window)
     t_ref = t[-1] - t[0] if reference_steps is None else float(reference_steps)
     delta = smooth[0] - (smooth.min() if floor is None else floor)
-    h = max(1, round(slope_span * t_ref / float(np.median(np.diff(t)))))
-    index = np.arange(len(t))
-    before, after = np.clip(index - h, 0, len(t) - 1), np.clip(index + h, 0, len(t) - 1)
-    slope = (smooth[before] - smooth[after]) / (t[after] - t[before])
+    spacing = float(np.median(np.diff(t)))
+    slope, _ = _slopes(t, smooth, np.full(len(t), max(1, round(slope_span * t_ref / spacing))))
     flat = slope <= kappa * delta / t_ref
     runs = [(a, b) for a, b in _flat_runs(flat) if t[b] - t[a] >= rho * t_ref]
+    if local_scale:
+        scale = np.clip(t - t[0], min(t_ref, (window // 2) * spacing / slope_span), t_ref)
+        centre = running_median(t, window)
+        h = np.maximum(1, np.round(slope_span * scale / spacing)).astype(int)
+        slope, after = _slopes(centre, smooth, h)
+        rate = (loss[0] - np.minimum.accumulate(smooth)[after]) / (centre[after] - t[0])
+        found = np.zeros(len(t), dtype=bool)
+        for a, b in runs:
+            found[a : b + 1] = True
+        runs += [
+            (a, b)
+            for a, b in _flat_runs(slope <= kappa * rate)
+            if t[b] - t[a] >= rho * scale[b] and not found[a : b + 1].any()
+        ]
+        runs.sort()
     merged: list[tuple[int, int]] = []
     tolerance = max(merge_abs, merge_rel * delta)
     for a, b in runs:

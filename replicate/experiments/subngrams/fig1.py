@@ -42,8 +42,9 @@ from replicate.experiments.subngrams.stages import (
 from replicate.settings import Strict
 
 PLATEAU_COLUMNS = ("seed", "t0", "t1", "level", "order", "orders_within_noise", "head_lags")
-"""plateaus.csv: one row per plateau found (none when no stretch lasts rho t_ref steps);
-``orders_within_noise`` every order a level within the call width gets (`level_calls`)."""
+"""plateaus.csv: one row per plateau found (none when no flat stretch lasts rho t_ref steps,
+nor rho T on the scale T of the steps elapsed: `stages`); ``orders_within_noise`` every
+order a level within the call width gets (`level_calls`)."""
 
 
 class Fig1Settings(Strict):

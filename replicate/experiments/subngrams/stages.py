@@ -28,8 +28,10 @@ FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (spec C §4.0)
 
 class StageSettings(Strict):
     """Detector and head thresholds (spec C §4.0): plateaus of >= rho t_ref steps, flat where
-    the loss falls by <= kappa (L_0 - b_n) / t_ref per step; a head is on offset delta when
-    m_h(delta) >= threshold and >= dominance x every other offset.
+    the loss falls by <= kappa (L_0 - b_n) / t_ref per step, or of >= rho T steps flat on the
+    scale T of the steps elapsed (`detect_plateaus` with ``local_scale``, which finds paper
+    C's own early plateaus: Fig. 1's unigram, Fig. 4's bigram); a head is on offset delta
+    when m_h(delta) >= threshold and >= dominance x every other offset.
 
     t_ref = ``reference_steps``, the paper's run length for this figure at both scales, so
     a plateau is the same number of steps and the same slope whether the run stops at the
@@ -46,6 +48,10 @@ class StageSettings(Strict):
     dominance: float
     reference_steps: PositiveInt
     call_se: NonNegativeFloat
+    local_scale: bool = True
+    """Also find plateaus flat on the scale of the steps elapsed (`detect_plateaus`): the
+    paper's figures show early plateaus that the spec's run-scale rule alone misses (the
+    positive control, `paper_readings`); False gives the spec's detector exactly."""
 
 
 def masses_of(attention: torch.Tensor) -> np.ndarray:
@@ -115,9 +121,16 @@ def stages(
     assigned when the k-gram losses are not strictly decreasing (a test set too small to
     order them). ``noise``: the standard error (nats) of a loss on the test set
     (`level_noise`); each plateau's calls are the orders of every level within
-    ``s.call_se`` x ``noise`` of its own (`level_calls`)."""
+    ``s.call_se`` x ``noise`` of its own (`level_calls`). Plateaus are judged at the run's
+    scale and at the scale of the steps elapsed (``local_scale``): the spec's run-scale rule
+    alone misses plateaus that paper C's Figs. 1 and 4 show (`paper_readings`)."""
     plateaus = detect_plateaus(
-        steps, loss, rho=s.rho, reference_steps=s.reference_steps, floor=float(baselines[-1])
+        steps,
+        loss,
+        rho=s.rho,
+        reference_steps=s.reference_steps,
+        floor=float(baselines[-1]),
+        local_scale=s.local_scale,
     )
     ordered = all(a > b for a, b in itertools.pairwise(baselines))
     orders = [assign_level(p.level, baselines) if ordered else None for p in plateaus]
