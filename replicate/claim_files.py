@@ -13,11 +13,20 @@ An expectation rests on such a recording or, where nothing was measured at that 
 paper-scale run not made yet), on a ``basis`` written by hand; never on both. One with
 neither says so in the report, and so does one whose recording was made for another verdict
 than the one expected now: that recording backs nothing until `expect` records it again.
+
+``claims/stability.json`` is written by ``python -m replicate stability``
+(`replicate.stability`, whose docstring gives its format), never by hand: per perturbation
+and paper, the claims whose verdict a numerically neutral change flipped. A claim's
+``cpu_dependent`` mark rests on it (`_check_cpu_dependence`): the record must carry the
+content digest the command wrote, list the claim with both values and verdicts, name a commit
+of this history, and give the digest of the code the claim's paper runs now.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +38,8 @@ from replicate import io
 from replicate.config import read_yaml_file
 from replicate.control_record import CONTROLS_FILE, read_controls
 from replicate.params import PAPERS, SCALES, ConfigError, Params, Scale, format_errors
-from replicate.settings import Strict
+from replicate.provenance import code_digest
+from replicate.settings import NonNegativeInt, Strict
 
 RECORDED_FILE = "recorded.json"
 NOT_RECORDED = "not recorded yet: run the claim, then `python -m replicate expect {id}`"
@@ -41,7 +51,11 @@ UNBACKED = (
 """The basis shown for an expectation whose recording was made for another verdict."""
 
 STABILITY_FILE = "stability.json"
-"""The last stability check's results (`replicate.stability`), also kept in the claims folder."""
+"""The stability check's record (`replicate.stability`), also kept in the claims folder."""
+STABILITY_FORMAT = 2
+"""The version of the stability record's format that `read_stability` reads."""
+RECORD_DIGEST = "sha256"
+"""The stability record's key for the digest of the rest of its content (`record_digest`)."""
 
 
 class ClaimTolerance(Strict):
@@ -209,9 +223,10 @@ class Claim(Strict):
     cpu_dependent: dict[Scale, str] | None = None
     """Per scale, why the verdict there depends on the CPU, with the spread measured (issue
     23): the stability check (`replicate.stability`) found that a numerically neutral
-    perturbation changes it, and claims/stability.json must list the claim so. At such a
-    scale the verdict is ``inconclusive`` on every machine, whatever the run's own evidence
-    gives (kept as ``own_verdict``), and the text joins the claim's note."""
+    perturbation changes it, and claims/stability.json, as the check wrote it for the code
+    here, must list the claim so (`_check_cpu_dependence`). At such a scale the verdict is
+    ``inconclusive`` on every machine, whatever the run's own evidence gives (kept as
+    ``own_verdict``), and the text joins the claim's note."""
 
     @model_validator(mode="after")
     def _both_scales(self) -> Claim:
@@ -247,6 +262,9 @@ class ClaimSet:
     """The files read: each paper's claims file, and the recordings when present."""
     controls: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The negative controls' record per scale (`replicate.control_record.read_controls`)."""
+    stale_marks: dict[str, str] = field(default_factory=dict)
+    """Per ``cpu_dependent`` claim whose stability record was measured on other code, why
+    (`_check_cpu_dependence`): the claims check fails on it."""
 
     def recording(self, claim: Claim, scale: str) -> Recording | None:
         """The recording the expectation at ``scale`` rests on; None where there is none or
@@ -470,47 +488,211 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     path = stability_file(folder)
     if path.exists():
         files.append(path)
-    _check_cpu_dependence(claims, where, path)
+    stale_marks = _check_cpu_dependence(claims, where, path, params)
     path = folder / CONTROLS_FILE
     if path.exists():
         files.append(path)
-    return ClaimSet(claims, recorded, files, read_controls(path))
+    return ClaimSet(claims, recorded, files, read_controls(path), stale_marks)
 
 
-def cpu_dependent_ids(path: Path) -> dict[str, set[str]]:
-    """Per scale, the ids of the claims whose verdict a perturbation changed in the stability
-    record at ``path`` (`replicate.stability`); empty when there is none."""
-    if not path.exists():
-        return {}
+class ChangedVerdict(Strict):
+    """A claim whose own verdict a perturbation changed, with both verdicts and values (the
+    native run's and the perturbed one's; None where the claim is absent from that side)."""
+
+    id: str
+    paper: str
+    verdict: str | None
+    perturbed_verdict: str | None
+    measured: float | None
+    perturbed_measured: float | None
+    seed_values: dict[str, float | None]
+    perturbed_seed_values: dict[str, float | None]
+
+
+class PaperCheck(Strict):
+    """One paper's part of a perturbation's check: the run that measured it and what moved."""
+
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")]
+    date: str
+    cpu: str
+    code_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """`replicate.provenance.code_digest` of the paper at ``commit``: the code that ran."""
+    seconds: NonNegativeInt
+    """The wall time of the perturbed run (with every paper run alongside)."""
+    claims: NonNegativeInt
+    values_moved: NonNegativeInt
+    verdicts_changed: list[ChangedVerdict]
+
+
+class PerturbationCheck(Strict):
+    """One perturbation (`replicate.stability.PERTURBATIONS`) and its check per paper."""
+
+    what: str
+    env: dict[str, str]
+    threads: int | None
+    papers: dict[str, PaperCheck]
+
+
+class StabilityRecord(Strict):
+    """claims/stability.json's content but its digest (`replicate.stability` documents it)."""
+
+    format: Literal[2]
+    scale: Scale
+    perturbations: dict[str, PerturbationCheck]
+
+
+def record_digest(content: Mapping[str, Any]) -> str:
+    """SHA-256 of a stability record's canonical JSON, every key but `RECORD_DIGEST`: keys
+    sorted, no whitespace between tokens, UTF-8, no NaN (ValueError where there is one)."""
+    text = json.dumps(
+        {key: value for key, value in content.items() if key != RECORD_DIGEST},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def render_stability(content: Mapping[str, Any]) -> str:
+    """The text of a stability record of ``content`` (validated as `StabilityRecord`), its
+    digest last."""
+    try:
+        document = StabilityRecord.model_validate(content).model_dump(mode="json")
+    except ValidationError as err:
+        raise ConfigError(format_errors(err, "", STABILITY_FILE, "stability record")) from err
+    document[RECORD_DIGEST] = record_digest(document)
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_stability(path: Path, content: Mapping[str, Any]) -> Path:
+    """Replace the stability record at ``path`` atomically (`render_stability`)."""
+    io.write_text(path, render_stability(content))
+    return path
+
+
+class OlderStabilityFormat(ConfigError):
+    """The stability record predates the digests a ``cpu_dependent`` mark rests on: nothing in
+    it can be checked, so every mark is stale (the claims check fails), but nothing is forged."""
+
+
+def read_stability(path: Path) -> StabilityRecord:
+    """The stability record at ``path``, as `write_stability` wrote it. ConfigError naming the
+    file when it cannot be read, is in the format from before the record carried digests,
+    does not match its digest (not written by the command, or edited since) or does not hold
+    full rows; FileNotFoundError when it is absent."""
     try:
         data = io.read_json_object(path)
-        changed = {
-            row["id"]
-            for entry in data["perturbations"].values()
-            for row in entry["verdicts_changed"]
-        }
-        return {data["scale"]: changed}
-    except (io.MalformedFile, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a stability record ({exc})") from exc
+    except io.MalformedFile as exc:
+        raise ConfigError(f"{exc}: not a stability record") from exc
+    if RECORD_DIGEST not in data:
+        raise OlderStabilityFormat(
+            f"{path} is in the format written before the record carried the code digests and "
+            f"the content digest ({RECORD_DIGEST}) that a cpu_dependent mark rests on"
+        )
+    try:
+        matches = data[RECORD_DIGEST] == record_digest(data)
+    except ValueError:  # NaN or infinity: nothing the command writes
+        matches = False
+    if not matches:
+        raise ConfigError(
+            f"{path} was not written by `python -m replicate stability` or was edited by hand "
+            f"(its {RECORD_DIGEST} does not match its content)"
+        )
+    del data[RECORD_DIGEST]
+    try:
+        return StabilityRecord.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_errors(err, "", str(path), "stability record")) from err
 
 
-def _check_cpu_dependence(claims: list[Claim], where: Mapping[str, Path], path: Path) -> None:
+def _not_in_history(commit: str, folder: Path) -> bool:
+    """Whether git shows that ``commit`` is no commit of the history of the repository that
+    holds ``folder``. False where that cannot be told: git is not installed, ``folder`` is in
+    no git checkout (an exported copy of the project), or the clone is shallow and may lack
+    the commit; the code digest still ties the record to the code here."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True)
+
+    try:
+        if git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
+            return False
+        shallow = git("rev-parse", "--is-shallow-repository")
+    except FileNotFoundError:
+        return False
+    return shallow.returncode == 0 and shallow.stdout.strip() == "false"
+
+
+def _check_cpu_dependence(
+    claims: list[Claim], where: Mapping[str, Path], path: Path, params: Params
+) -> dict[str, str]:
     """A claim is ``cpu_dependent`` at a scale only where the stability record at ``path``
-    lists it among the verdicts a perturbation changed at that scale: the declaration rests
-    on a measurement, and goes when a rerun of the check no longer lists the claim."""
+    backs it: the record reads as `python -m replicate stability` wrote it
+    (`read_stability`), and at that scale lists the claim under its paper among the verdicts
+    a perturbation changed, each such entry naming a commit of this history (else a
+    ConfigError). The declaration rests on a measurement, and goes when a rerun of the check
+    no longer lists the claim. Returns, per claim whose entries were measured on other code of
+    its paper than this checkout's, why: the mark is then stale, which fails the claims check
+    (`ClaimSet.stale_marks`) but lets the experiments run."""
+    stale: dict[str, str] = {}
     declared = [c for c in claims if c.cpu_dependent]
     if not declared:
-        return
-    listed = cpu_dependent_ids(path)
+        return stale
+    record: StabilityRecord | None = None
+    problem = ""
+    try:
+        record = read_stability(path)
+    except FileNotFoundError:
+        problem = f"there is no stability record ({path}); run"
+    except OlderStabilityFormat as exc:
+        for claim in declared:
+            paper = params.experiment(claim.experiment).paper
+            stale[claim.id] = (
+                f"its cpu_dependent mark rests on {exc}; rerun "
+                f"`python -m replicate stability --papers {paper}`"
+            )
+        return stale
+    except ConfigError as exc:
+        problem = f"{exc}; rerun"
+    digests: dict[str, str] = {}
     for claim in declared:
+        paper = params.experiment(claim.experiment).paper
+        rerun = f"python -m replicate stability --papers {paper}"
         for scale in claim.cpu_dependent or {}:
-            if claim.id not in listed.get(scale, set()):
+            label = f"{where[claim.id]}: claim {claim.id}: cpu_dependent.{scale}"
+            if record is None:
+                raise ConfigError(f"{label}: {problem} `{rerun}`")
+            listing = {
+                name: entry.papers[paper]
+                for name, entry in record.perturbations.items()
+                if record.scale == scale
+                and paper in entry.papers
+                and any(row.id == claim.id for row in entry.papers[paper].verdicts_changed)
+            }
+            if not listing:
+                other = f" (it holds the check at {record.scale} scale)"
                 raise ConfigError(
-                    f"{where[claim.id]}: claim {claim.id}: cpu_dependent.{scale}: {path} does "
-                    f"not list it among the verdicts a perturbation changed at {scale} scale; "
-                    "run `python -m replicate stability`, and where it no longer changes, "
-                    "remove cpu_dependent"
+                    f"{label}: {path} does not list it among the verdicts a perturbation "
+                    f"changed at {scale} scale{other if record.scale != scale else ''}; run "
+                    f"`{rerun}`, and where it no longer changes, remove cpu_dependent"
                 )
+            for name, check in listing.items():
+                key = f"perturbations.{name}.papers.{paper}"
+                if _not_in_history(check.commit, path.parent):
+                    raise ConfigError(
+                        f"{label}: {path}: {key}.commit = {check.commit!r} is not a commit of "
+                        f"this repository's history; run `{rerun}` here"
+                    )
+                if paper not in digests:
+                    digests[paper] = code_digest(paper)
+                if check.code_sha256 != digests[paper]:
+                    stale[claim.id] = (
+                        f"its cpu_dependent mark rests on {path}: {key}.code_sha256, a stability "
+                        f"record made for other code of {claim.experiment} (paper {paper}, "
+                        f"commit {check.commit}) than this checkout's; rerun `{rerun}`"
+                    )
+    return stale
 
 
 def render_recorded(recorded: Mapping[str, Mapping[str, Recording]]) -> str:

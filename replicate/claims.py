@@ -548,6 +548,7 @@ def evaluate_claim(
         negative_control=control,
         negative_measured=control_measured,
         control_problem=control_problem(claim, control),
+        stability_problem=claimset.stale_marks.get(claim.id, ""),
     )
 
 

@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PERTURBATION",
         help="aten-default, mkl-compatible, threads-2 (default: all)",
     )
+    stability.add_argument(
+        "--papers",
+        nargs="+",
+        metavar="PAPER",
+        help="rerun only these papers' experiments and replace only their part of "
+        "claims/stability.json (default: every paper)",
+    )
     stability.add_argument("--workdir", type=Path, help="keep the clones here (default: none)")
     stability.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
     control = command(
@@ -234,7 +241,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         params = load_params(args.params, scale=args.scale)
         names = args.perturbations or list(PERTURBATIONS)
-        path = stability(params, names, workdir=args.workdir, cores=args.cores)
+        path = stability(params, names, args.papers, workdir=args.workdir, cores=args.cores)
         print(f"wrote {path}")
         return 0
 
@@ -276,6 +283,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         for r in bad:
             if r.control_problem:
                 print(f"CANNOT FAIL {r.id}: {r.control_problem}", file=sys.stderr)
+            if r.stability_problem:
+                print(f"STALE MARK {r.id}: {r.stability_problem}", file=sys.stderr)
             if r.matches_expectation:
                 continue
             print(

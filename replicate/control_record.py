@@ -42,6 +42,7 @@ class Claim(Protocol):
 
     def model_dump(self, *, mode: str, include: frozenset[str]) -> dict[str, Any]: ...
 
+
 NOT_RUN = "not run"
 """A claim's control status at a scale the record does not cover."""
 NOT_TRAINED = "n/a"

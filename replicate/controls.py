@@ -27,7 +27,7 @@ from replicate.control_record import (
 from replicate.expect import clean_commit
 from replicate.params import PAPERS, Params
 from replicate.provenance import LEARNING_ENV, code_digest
-from replicate.stability import Perturbation, _cpu, _run_suite
+from replicate.stability import Perturbation, cpu_model, run_suite
 
 LEARNING_OFF = Perturbation(
     "learning switched off: every training with a learning rate of 0 (same members, seeds, "
@@ -51,7 +51,7 @@ def controls(
         print(f"controls: running the suite at {params.scale} scale, {LEARNING_OFF.what} ...")
         records = {
             r.id: r
-            for r in _run_suite(root.resolve(), commit, "negative", LEARNING_OFF, where, cores, log)
+            for r in run_suite(root.resolve(), commit, "negative", LEARNING_OFF, where, cores, log)
         }
     missing = [c.id for c in claimset.claims if c.id not in records]
     if missing:
@@ -59,7 +59,7 @@ def controls(
     entry: dict[str, Any] = {
         "commit": commit,
         "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
-        "cpu": _cpu(),
+        "cpu": cpu_model(),
         "seconds": round(time.monotonic() - started),
         "code": {paper: code_digest(paper, root) for paper in PAPERS},
         "claims": {

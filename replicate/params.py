@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -139,8 +139,11 @@ PAPERS: tuple[str, ...] = get_args(ExperimentEntry.model_fields["paper"].annotat
 
 
 class Classification(Strict):
+    """The run classes' thresholds on kappa (`replicate.analysis.classify`)."""
+
     bigram_kappa_min: OpenUnit
     unigram_kappa_max: OpenUnit
+    unigram_kappa_min: Annotated[float, Field(gt=-1.0, lt=0.0)]
 
 
 Precision = Literal["32-true", "bf16-mixed", "16-mixed"]

@@ -99,7 +99,9 @@ def _condition(r: ClaimRecord) -> str:
 def _status(r: ClaimRecord) -> str:
     if not r.matches_expectation:
         return "❌ UNEXPECTED"
-    return "❌ CANNOT FAIL" if r.control_problem else "✅ as expected"
+    if r.control_problem:
+        return "❌ CANNOT FAIL"
+    return "❌ STALE MARK" if r.stability_problem else "✅ as expected"
 
 
 def _control(r: ClaimRecord) -> str:
@@ -166,6 +168,8 @@ def _claim_notes(records: list[ClaimRecord]) -> list[str]:
             lines.append(f"\n- `{r.id}`: {r.note}")
         if r.control_problem:
             lines.append(f"\n- `{r.id}` cannot fail: {r.control_problem}")
+        if r.stability_problem:
+            lines.append(f"\n- `{r.id}`: {r.stability_problem}")
 
         if r.expected != "holds" and r.expected_reason:
             lines.append(

@@ -2,23 +2,63 @@
 
 Floating-point results differ between CPUs (ATen's kernel dispatch level, MKL's code path,
 the order of a reduction) and the differences grow through training: a claim whose verdict
-hinges on them turns CI red or green by the machine it lands on. This check reruns the whole
-suite at the active scale in a scratch clone of HEAD, once per perturbation, each a change
-that is numerically neutral (it changes the last bits of a sum, nothing a model means) and
-imitates another CPU, and lists every claim whose verdict differs from the checkout's own
-(``results/claims.json``, which must be current). It is not part of a CI run: at ci scale
-one perturbation costs a full suite (52 minutes measured for ``aten-default`` on 2 cores).
+hinges on them turns CI red or green by the machine it lands on. This check reruns papers'
+experiments at the active scale in scratch clones of HEAD (the tree must be clean): once as
+committed (native), then once per perturbation, each a change that is numerically neutral
+(it changes the last bits of a sum, nothing a model means) and imitates another CPU, and
+lists every claim whose own verdict differs between the native run and the perturbed one.
+It is not part of a CI run: at ci scale one perturbation of every paper costs a full suite
+(52 minutes measured for ``aten-default`` on 2 cores). ``--papers`` reruns only the named
+papers' experiments (their Snakemake targets) and replaces only their part of the record.
+
+In each clone the claims files lose their ``cpu_dependent`` marks before the run: there a
+claim's verdict is its run's own evidence, the one compared, and the loader does not ask the
+record being remade to back a mark (`replicate.claim_files._check_cpu_dependence`).
 
 What it measured is written to ``claims/stability.json`` (machine-written, like
-``claims/recorded.json``): per perturbation, the commit, date and CPU it ran on, how many
-measured values moved and which verdicts changed, with both values; a check of some
-perturbations keeps the entries of the others. A claim on that list
-needs a form that does not sit on a knife edge (more seeds, a longer run, a statement about
-the fraction of seeds, or `inconclusive` with the measured spread), never a moved tolerance.
+``claims/recorded.json``), after each perturbation, so a long check keeps its part. Format 2::
+
+    {
+      "format": 2,
+      "scale": "ci",
+      "perturbations": {
+        "<perturbation>": {
+          "what": "<what it changes>", "env": {"<VARIABLE>": "<value>"}, "threads": null,
+          "papers": {
+            "<paper>": {
+              "commit": "<short hash of the commit that ran>",
+              "date": "<UTC date, YYYY-MM-DD>",
+              "cpu": "<the CPU's model name>",
+              "code_sha256": "<replicate.provenance.code_digest(paper) at that commit>",
+              "seconds": <wall seconds of the perturbed run, all its papers>,
+              "claims": <the paper's claims>,
+              "values_moved": <how many of their measured values differ>,
+              "verdicts_changed": [
+                {"id": "<claim>", "paper": "<paper>",
+                 "verdict": "<native own verdict>", "perturbed_verdict": "<perturbed>",
+                 "measured": <native value>, "perturbed_measured": <perturbed value>,
+                 "seed_values": {"<seed>": <value>},
+                 "perturbed_seed_values": {"<seed>": <value>}}
+              ]
+            }
+          }
+        }
+      },
+      "sha256": "<SHA-256 of the canonical JSON of every other key>"
+    }
+
+Canonical JSON: keys sorted, no whitespace between tokens, UTF-8 (`claim_files.record_digest`);
+a value or verdict is null for a claim absent from one side. A check of some perturbations or
+papers keeps the others' entries as they were, from a record whose digest matches; the entries
+of a record in the format before this one (no digests) or edited by hand are dropped, never
+signed anew. A claim on the list needs a form that does not sit on a knife edge (more seeds,
+a longer run, a statement about the fraction of seeds, or ``cpu_dependent``: `inconclusive`
+with the measured spread), never a moved tolerance.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import platform
@@ -27,15 +67,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replicate import io, verdicts
-from replicate.claim_files import stability_file
+from replicate import verdicts
+from replicate.claim_files import (
+    STABILITY_FORMAT,
+    claims_file,
+    read_stability,
+    stability_file,
+    write_stability,
+)
 from replicate.expect import clean_commit
-from replicate.params import ConfigError, Params
+from replicate.params import PAPERS, ConfigError, Params
+from replicate.provenance import code_digest
 from replicate.verdicts import ClaimRecord
 
 
@@ -66,8 +113,11 @@ PERTURBATIONS: dict[str, Perturbation] = {
     ),
 }
 
+NATIVE = "native"
+"""The name of the unperturbed run, the one each perturbed run is compared with."""
 
-def _cpu() -> str:
+
+def cpu_model() -> str:
     """The CPU's model name (Linux), else what `platform` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -89,7 +139,55 @@ def _set_threads(params_file: Path, threads: int) -> None:
         yaml.dump(data, handle)
 
 
-def _run_suite(
+def _drop_cpu_marks(folder: Path) -> None:
+    """Remove every ``cpu_dependent`` mark from the claims files in a clone's claims
+    ``folder`` (module docstring), keeping the rest of each file."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    for paper in PAPERS:
+        path = claims_file(folder, paper)
+        if not path.exists():
+            continue
+        data = yaml.load(path)
+        marked = [claim for claim in data["claims"] if "cpu_dependent" in claim]
+        for claim in marked:
+            del claim["cpu_dependent"]
+        if marked:
+            with path.open("w") as handle:
+                yaml.dump(data, handle)
+
+
+def _clone(root: Path, commit: str, clone: Path) -> Path:
+    """A fresh clone of the project ``root`` at ``commit``, in ``clone``."""
+    if clone.exists():
+        shutil.rmtree(clone)
+    subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "--quiet", commit], cwd=clone, check=True)
+    return clone
+
+
+def _run(
+    clone: Path, name: str, perturbation: Perturbation, commands: list[list[str]], log: Path
+) -> None:
+    """Run ``commands`` in ``clone`` under ``perturbation`` (named ``name``), one after the
+    other, their output in ``log``; RuntimeError at the first that fails."""
+    if perturbation.threads is not None:
+        _set_threads(clone / "params.yaml", perturbation.threads)
+    env = {**os.environ, **perturbation.env}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        for command in commands:
+            done = subprocess.run(
+                command, cwd=clone, env=env, stdout=handle, stderr=subprocess.STDOUT
+            )
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"the suite under {name} failed (exit {done.returncode}); see {log}"
+                )
+
+
+def run_suite(
     root: Path,
     commit: str,
     name: str,
@@ -99,28 +197,46 @@ def _run_suite(
     log: Path,
 ) -> list[ClaimRecord]:
     """Clone ``root`` at ``commit`` into ``workdir/name``, run every experiment and the
-    claims there under ``perturbation``, and return the clone's claim records."""
-    clone = workdir / name
-    if clone.exists():
-        shutil.rmtree(clone)
-    subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "--quiet", commit], cwd=clone, check=True)
-    if perturbation.threads is not None:
-        _set_threads(clone / "params.yaml", perturbation.threads)
-    env = {**os.environ, **perturbation.env}
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as handle:
-        done = subprocess.run(
-            [sys.executable, "-m", "snakemake", "--cores", cores, "claims_evaluation"],
-            cwd=clone,
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(f"the suite under {name} failed (exit {done.returncode}); see {log}")
+    claims there under ``perturbation`` (Snakemake's ``claims_evaluation``), and return the
+    clone's claim records (`replicate.controls` runs its control so)."""
+    clone = _clone(root, commit, workdir / name)
+    command = [sys.executable, "-m", "snakemake", "--cores", cores, "claims_evaluation"]
+    _run(clone, name, perturbation, [command], log)
     return verdicts.load_records(clone)
+
+
+@dataclass(frozen=True)
+class _Suite:
+    """How the stability check runs its clones: the project and commit cloned, the papers
+    run, the scale, the claims folder (relative to the project), where the clones and logs
+    go, and the cores."""
+
+    root: Path
+    commit: str
+    papers: tuple[str, ...]
+    scale: str
+    claims_dir: Path
+    workdir: Path
+    logs: Path
+    cores: str
+
+    def clone(self, name: str) -> Path:
+        """A fresh clone of the project at the commit, in ``workdir/name``."""
+        return _clone(self.root, self.commit, self.workdir / name)
+
+    def run(self, clone: Path, name: str, perturbation: Perturbation) -> list[ClaimRecord]:
+        """Run the papers' Snakemake targets and then the claims in ``clone`` (made by
+        `clone`, its ``cpu_dependent`` marks dropped) under ``perturbation``, logging to
+        ``logs/<name>.log``; the claim records of those papers."""
+        _drop_cpu_marks(clone / self.claims_dir)
+        # The targets go before --config, which takes every word after it.
+        scale = ["--config", f"scale={self.scale}"]
+        commands = [
+            [sys.executable, "-m", "snakemake", "--cores", self.cores, *self.papers, *scale],
+            [sys.executable, "-m", "replicate", "--scale", self.scale, "claims"],
+        ]
+        _run(clone, name, perturbation, commands, self.logs / f"{name}.log")
+        return [r for r in verdicts.load_records(clone) if r.paper in self.papers]
 
 
 def _own(record: ClaimRecord) -> str:
@@ -155,81 +271,139 @@ def compare(baseline: Iterable[ClaimRecord], perturbed: Iterable[ClaimRecord]) -
     return {"claims": len(before), "values_moved": moved, "verdicts_changed": changed}
 
 
+def paper_check(
+    paper: str,
+    run: Mapping[str, Any],
+    code_sha256: str,
+    native: Iterable[ClaimRecord],
+    perturbed: Iterable[ClaimRecord],
+) -> dict[str, Any]:
+    """Paper ``paper``'s entry under one perturbation: the perturbed ``run`` (its commit,
+    date, cpu and seconds), the digest of the paper's code at that commit, and `compare` of
+    the paper's claims between the native and the perturbed records."""
+    mine = [r for r in native if r.paper == paper], [r for r in perturbed if r.paper == paper]
+    return {**run, "code_sha256": code_sha256, **compare(*mine)}
+
+
+def merge(
+    earlier: Mapping[str, Any] | None,
+    scale: str,
+    name: str,
+    checks: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """A stability record's content: ``earlier`` (one `read_stability` accepted; None: none)
+    with perturbation ``name``'s entry of each paper in ``checks`` (`paper_check`) replaced;
+    the entries of the other papers and perturbations are kept as they were. An ``earlier``
+    at another scale than ``scale`` is not kept."""
+    content: dict[str, Any] = (
+        copy.deepcopy(dict(earlier))
+        if earlier is not None and earlier["scale"] == scale
+        else {"format": STABILITY_FORMAT, "scale": scale, "perturbations": {}}
+    )
+    perturbation = PERTURBATIONS[name]
+    papers = {**content["perturbations"].get(name, {}).get("papers", {}), **checks}
+    content["perturbations"][name] = {
+        "what": perturbation.what,
+        "env": perturbation.env,
+        "threads": perturbation.threads,
+        "papers": dict(sorted(papers.items())),
+    }
+    content["perturbations"] = dict(sorted(content["perturbations"].items()))
+    return content
+
+
+def _earlier(path: Path, scale: str) -> dict[str, Any] | None:
+    """The content of the record at ``path`` a check merges into: None when there is none,
+    it holds another scale, or `read_stability` refuses it (said on stdout: the command
+    signs only what it measured)."""
+    try:
+        record = read_stability(path)
+    except FileNotFoundError:
+        return None
+    except ConfigError as exc:
+        print(f"stability: the entries of {path} are not kept: {exc}")
+        return None
+    if record.scale != scale:
+        print(f"stability: {path} holds the check at {record.scale} scale: it is replaced")
+        return None
+    return record.model_dump(mode="json")
+
+
+def _papers(params: Params, papers: Iterable[str] | None) -> tuple[str, ...]:
+    """The papers to rerun: ``papers`` (checked), else every paper with experiments."""
+    present = [p for p in PAPERS if any(e.paper == p for e in params.experiments.values())]
+    chosen = list(dict.fromkeys(papers or present))
+    unknown = [p for p in chosen if p not in present]
+    if unknown:
+        raise ConfigError(f"unknown paper {', '.join(unknown)}; choose from {', '.join(present)}")
+    return tuple(chosen)
+
+
 def stability(
     params: Params,
     names: list[str],
+    papers: Iterable[str] | None = None,
     root: Path = Path("."),
     workdir: Path | None = None,
     cores: str = "all",
 ) -> Path:
-    """Run the suite under each perturbation in ``names`` and write what changed to
-    ``claims/stability.json`` (after each perturbation, so a long check keeps its part)."""
+    """Run ``papers``' experiments (default: every paper's) natively and under each
+    perturbation in ``names``, and write what changed into ``claims/stability.json``
+    (after each perturbation, keeping the other papers' and perturbations' entries)."""
     unknown = [n for n in names if n not in PERTURBATIONS]
     if unknown:
         raise ConfigError(
             f"unknown perturbation {', '.join(unknown)}; choose from {', '.join(PERTURBATIONS)}"
         )
+    chosen = _papers(params, papers)
     path = stability_file(params.claims_dir)
     commit = clean_commit(root, path)
-    try:
-        baseline = verdicts.load_records(root)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{verdicts.CLAIMS_FILE} is missing: the check compares with this checkout's own "
-            "verdicts; run `snakemake claims` first"
-        ) from None
-    if {r.scale for r in baseline} != {params.scale}:
-        raise ConfigError(
-            f"{verdicts.CLAIMS_FILE} holds verdicts at another scale than {params.scale}: run "
-            f"`snakemake claims` at {params.scale} scale first"
-        )
-    run = {
-        "commit": commit,
-        "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
-        "cpu": _cpu(),
-    }
-    result: dict[str, Any] = {"scale": params.scale, "perturbations": _kept(path, params.scale)}
+    content = _earlier(path, params.scale)
+    date = datetime.datetime.now(datetime.UTC).date().isoformat()
+    cpu = cpu_model()
     with tempfile.TemporaryDirectory(prefix="replicate-stability-") as scratch:
-        where = workdir or Path(scratch)
+        suite = _Suite(
+            root=root.resolve(),
+            commit=commit,
+            papers=chosen,
+            scale=params.scale,
+            claims_dir=params.claims_dir.resolve().relative_to(root.resolve()),
+            workdir=workdir or Path(scratch),
+            logs=root / "logs" / "stability",
+            cores=cores,
+        )
+        print(f"stability: running {', '.join(chosen)} at {commit} as committed ...")
+        clone = suite.clone(NATIVE)
+        digests = {paper: code_digest(paper, clone) for paper in chosen}
+        native = suite.run(clone, NATIVE, Perturbation("nothing"))
         for name in names:
             perturbation = PERTURBATIONS[name]
-            print(f"stability: running the suite under {name} ({perturbation.what}) ...")
+            print(f"stability: running {', '.join(chosen)} under {name} ({perturbation.what}) ...")
             start = time.monotonic()
-            log = root / "logs" / "stability" / f"{name}.log"
-            records = _run_suite(root.resolve(), commit, name, perturbation, where, cores, log)
-            entry = run | compare(baseline, records)
-            entry |= {
-                "what": perturbation.what,
-                "env": perturbation.env,
-                "threads": perturbation.threads,
+            records = suite.run(suite.clone(name), name, perturbation)
+            run = {
+                "commit": commit,
+                "date": date,
+                "cpu": cpu,
                 "seconds": round(time.monotonic() - start),
             }
-            result["perturbations"][name] = entry
-            io.write_json(path, result)
-            print(summary_line(name, entry))
-            for row in entry["verdicts_changed"]:
-                print(
-                    f"  {row['id']}: {row['verdict']} ({row['measured']}) -> "
-                    f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
-                )
+            checks = {p: paper_check(p, run, digests[p], native, records) for p in chosen}
+            content = merge(content, params.scale, name, checks)
+            write_stability(path, content)
+            for paper, check in checks.items():
+                print(summary_line(name, paper, check))
+                for row in check["verdicts_changed"]:
+                    print(
+                        f"  {row['id']}: {row['verdict']} ({row['measured']}) -> "
+                        f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
+                    )
     return path
 
 
-def _kept(path: Path, scale: str) -> dict[str, Any]:
-    """The perturbations an earlier check wrote at ``scale``, each with the commit, date and
-    CPU it ran on (a file that names them once, at its top, gives them to every entry), so a
-    check of some perturbations keeps what was measured for the others."""
-    if not path.exists():
-        return {}
-    earlier = io.read_json_object(path)
-    if earlier.get("scale") != scale:
-        return {}
-    shared = {key: earlier[key] for key in ("commit", "date", "cpu") if key in earlier}
-    return {name: shared | entry for name, entry in earlier["perturbations"].items()}
-
-
-def summary_line(name: str, entry: dict[str, Any]) -> str:
+def summary_line(name: str, paper: str, check: Mapping[str, Any]) -> str:
+    """One line per perturbation and paper: values moved, verdicts changed, seconds."""
     return (
-        f"stability: {name}: {entry['values_moved']} of {entry['claims']} measured values "
-        f"moved, {len(entry['verdicts_changed'])} verdict(s) changed ({entry['seconds']} s)"
+        f"stability: {name}: {paper}: {check['values_moved']} of {check['claims']} measured "
+        f"values moved, {len(check['verdicts_changed'])} verdict(s) changed "
+        f"({check['seconds']} s)"
     )

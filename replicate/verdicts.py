@@ -73,15 +73,21 @@ class ClaimRecord:
     control_problem: str = ""
     """Why the check fails on the claim's control (`replicate.control_record.control_problem`);
     empty when it does not."""
+    stability_problem: str = ""
+    """Why the check fails on the claim's ``cpu_dependent`` mark (`ClaimSet.stale_marks`);
+    empty when it does not."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def unexpected(records: list[ClaimRecord]) -> list[ClaimRecord]:
-    """The records the check fails on: a verdict other than the expected one, or a control
-    that says the claim cannot fail (``control_problem``)."""
-    return [r for r in records if not r.matches_expectation or r.control_problem]
+    """The records the check fails on: a verdict other than the expected one, a control that
+    says the claim cannot fail (``control_problem``), or a stale ``cpu_dependent`` mark
+    (``stability_problem``)."""
+    return [
+        r for r in records if not r.matches_expectation or r.control_problem or r.stability_problem
+    ]
 
 
 def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:

@@ -10,9 +10,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -20,6 +20,9 @@ from filelock import FileLock
 
 from replicate.config import read_params_file, read_yaml_file
 from replicate.params import PAPERS
+
+if TYPE_CHECKING:
+    from replicate.verdicts import ClaimRecord
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS_FILE = REPO / "params.yaml"
@@ -40,6 +43,15 @@ TINY_COUNTS = (
     "plotted_trajectories",
 )
 TINY_BLOCKS = {"flow": {"t_max": 100.0}, "sgd": {"steps": 30, "seq_len": 32}}
+TINY_SETTINGS = {
+    # B1-prob's z-scores need cells with n P (1 - P) >= 1: 8 inits per sigma give 4 (P(I_*) =
+    # 0.19 and 0.38 at sigma = 0.5 and 1 on the chains with p + q > 1), 4 inits none
+    "local_global_fig1": {"inits_per_sigma": 8},
+    # D-GD-4-level and D-GD-5-level read T = 64 (one more GD length, milliseconds)
+    "two_layer_gd": {"lengths": [8, 64]},
+}
+"""Per experiment, tiny settings over the shared ones where a claim reads what those cannot
+reach (every claim finds its metric in the tiny run, tests/test_end_to_end.py)."""
 # Paper D (two_layer): its sampling, counting and GD sizes, in its experiments and in its
 # derived experiments (which train too: Table 2's one-layer models, Tables 3-4's noisy models).
 
@@ -102,7 +114,9 @@ TINY_SUBNGRAMS = {
     "test_sequences": 64,
     "sequences": 64,
     "probe_sequences": 8,
-    "seq_lens": [16, 32],
+    # Thm. 4.2's claims read T >= 128 (C-G2, C-G3, C-F30: c = 40 at T = 128; C-G4-trend-diagonal:
+    # two lengths >= 64 on c = T/2, 64 and 128)
+    "seq_lens": [16, 128],
     "diagonal_seq_lens": [64],
     "chunks": 16,
 }
@@ -137,22 +151,96 @@ def repository_claims(keep: Callable[[dict], bool] = lambda claim: True) -> list
     ]
 
 
+def head_commit(root: Path = REPO) -> str:
+    """The short hash of ``root``'s HEAD; a made-up one where ``root`` is no git checkout."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    )
+    return done.stdout.strip() if done.returncode == 0 else "0000000"
+
+
+def synthetic_record(claim_id: str, paper: str, verdict: str, measured: float) -> ClaimRecord:
+    """A `ClaimRecord` of ``claim_id`` with just the verdict and value the stability check
+    compares (the rest placeholders)."""
+    from replicate.verdicts import ClaimRecord
+
+    return ClaimRecord(
+        id=claim_id,
+        paper=paper,
+        experiment="",
+        figure="",
+        statement="",
+        metric="",
+        comparison="ge",
+        measured=measured,
+        reference=0.0,
+        tolerance=0.0,
+        scale="ci",
+        verdict=verdict,
+        expected=verdict,
+        expected_reason=None,
+        expected_basis="",
+        matches_expectation=True,
+        provenance="paper",
+        source="",
+        reference_source="",
+        note="",
+        seed_values={"0": measured},
+    )
+
+
+def stability_record(
+    folder: Path,
+    changed: Mapping[str, Collection[str]],
+    scale: str = "ci",
+    commit: str | None = None,
+    perturbation: str = "aten-default",
+) -> Path:
+    """``folder``/stability.json as `python -m replicate stability` writes it
+    (`replicate.stability.paper_check` and `merge`, `write_stability`): ``perturbation``,
+    run at ``commit`` (default `head_commit`) on the code here, flipped the verdict of each
+    claim ``changed`` lists under its paper (synthetic values: holds at 1.0, inconclusive
+    at 0.5)."""
+    from replicate.claim_files import stability_file, write_stability
+    from replicate.provenance import code_digest
+    from replicate.stability import merge, paper_check
+
+    run = {"commit": commit or head_commit(), "date": "2026-11-28", "cpu": "test", "seconds": 1}
+    checks = {
+        paper: paper_check(
+            paper,
+            run,
+            code_digest(paper),
+            [synthetic_record(i, paper, "holds", 1.0) for i in ids],
+            [synthetic_record(i, paper, "inconclusive", 0.5) for i in ids],
+        )
+        for paper, ids in changed.items()
+    }
+    return write_stability(stability_file(folder), merge(None, scale, perturbation, checks))
+
+
 def params_with_claims(
     root: Path, params: dict, claims: list[dict], recorded: bool = False
 ) -> Path:
     """``params`` as ``root``/params.yaml whose claims folder, ``root``/claims, holds just
     ``claims``, each in its paper's file (``recorded``: with the repository's recordings of
-    them; else none), and the repository's stability record, which backs the claims marked
-    ``cpu_dependent``. Returns the params file."""
+    them; else none), and where some are marked ``cpu_dependent`` (at one scale), a stability
+    record that backs them (`stability_record`). Returns the params file."""
     folder = root / "claims"
     folder.mkdir(exist_ok=True)
-    shutil.copy(CLAIMS_DIR / "stability.json", folder / "stability.json")
+    experiments = {**params["experiments"], **params.get("derived_experiments", {})}
+    marked: dict[str, list[str]] = {}
+    for claim in (c for c in claims if c.get("cpu_dependent")):
+        marked.setdefault(experiments[claim["experiment"]]["paper"], []).append(claim["id"])
+    scales = {scale for c in claims for scale in c.get("cpu_dependent") or {}}
+    assert len(scales) <= 1, f"cpu_dependent marks at several scales: {sorted(scales)}"
+    if marked:
+        stability_record(folder, marked, scale=scales.pop())
     if recorded:
         ids = {c["id"] for c in claims}
         everything = json.loads((CLAIMS_DIR / "recorded.json").read_text())
         mine = {k: v for k, v in everything.items() if k in ids}
         (folder / "recorded.json").write_text(json.dumps(mine, indent=2))
-    experiments = {**params["experiments"], **params.get("derived_experiments", {})}
     for paper in PAPERS:
         mine = [c for c in claims if experiments[c["experiment"]]["paper"] == paper]
         if mine:
@@ -181,11 +269,13 @@ def shrink(data: dict) -> dict:
         for key, tiny in TINY_BLOCKS.items():
             if key in ci:
                 ci[key].update(tiny)
-    for entry in [*data["experiments"].values(), *data.get("derived_experiments", {}).values()]:
+    named = {**data["experiments"], **data.get("derived_experiments", {})}
+    for name, entry in named.items():
         if entry["paper"] == "two_layer":
             _shrink_two_layer(entry["settings"]["ci"])
         if entry["paper"] == "subngrams":
             _shrink_subngrams(entry["settings"]["ci"])
+        entry["settings"]["ci"].update(TINY_SETTINGS.get(name, {}))
     return data
 
 

@@ -13,7 +13,7 @@ from replicate.cli import main
 from replicate.config import load_params, read_params_file
 from replicate.provenance import recorded_inputs
 
-from .conftest import PARAMS_FILE, claim_dict, params_with_claims
+from .conftest import PARAMS_FILE, claim_dict, params_with_claims, stability_record
 
 CLAIM_ID = "A3a-tied-stuck"  # metric p0.5_q0.8/tied/frac_unigram, ge 0.6, expected holds
 
@@ -335,10 +335,9 @@ def test_an_effect_must_agree_with_the_expected_verdict(tmp_path: Path, params_d
 
 # ---------------------------------------------------------------------- cpu_dependent
 def _stability_record(folder: Path, ids: list[str], scale: str = "ci") -> None:
-    """A stability record (`replicate.stability`) whose one perturbation changed ``ids``."""
-    changed = [{"id": i, "verdict": "holds", "perturbed_verdict": "inconclusive"} for i in ids]
-    record = {"scale": scale, "perturbations": {"aten-default": {"verdicts_changed": changed}}}
-    (folder / "stability.json").write_text(json.dumps(record))
+    """A stability record as `python -m replicate stability` writes it, whose one
+    perturbation changed ``ids`` (claims of paper A, CLAIM_ID's)."""
+    stability_record(folder, {"attn_markov": ids}, scale=scale)
 
 
 CPU_DEPENDENT = {
@@ -376,7 +375,8 @@ def test_cpu_dependence_must_rest_on_the_stability_record(
     from replicate.params import ConfigError
 
     params = _seed_params(tmp_path, params_dict, CPU_DEPENDENT)
-    with pytest.raises(ConfigError, match=rf"claim {CLAIM_ID}: cpu_dependent.ci: .* not list"):
+    (tmp_path / "claims/stability.json").unlink()
+    with pytest.raises(ConfigError, match=rf"claim {CLAIM_ID}: cpu_dependent.ci: there is no"):
         claims.evaluate(params, tmp_path)
     _stability_record(tmp_path / "claims", ["some-other-claim"])
     with pytest.raises(ConfigError, match="remove cpu_dependent"):

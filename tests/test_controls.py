@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -210,3 +211,23 @@ def test_status_and_problem_by_provenance_and_record() -> None:
 
 def test_a_missing_record_reads_as_no_scale(tmp_path: Path) -> None:
     assert read_controls(tmp_path / CONTROLS_FILE) == {}
+
+
+def test_a_model_predicting_uniformly_has_not_reached_the_unigram_solution() -> None:
+    """Paper A's stuck runs sit at the unigram solution (predict pi); a model at its
+    initialisation predicts uniformly, which is UNLEARNED where pi is not uniform, so the
+    claims about stuck runs can fail for a model that learned nothing."""
+    from replicate.analysis import RunClass, classify, gap_closed, oracle_losses
+    from replicate.markov import sample_chain
+
+    p, q = 0.5, 0.8
+    kernel = binary_kernel(p, q)
+    generator = torch.Generator().manual_seed(0)
+    initial = torch.from_numpy(binary_stationary(p, q))
+    tokens = sample_chain(torch.from_numpy(kernel), initial, 64, 257, generator)
+    bigram, unigram = oracle_losses(tokens, kernel)
+    thresholds = load_params(PARAMS_FILE, scale="ci").raw.classification
+    uniform = float(np.log(2))
+    assert classify(gap_closed(uniform, bigram, unigram), thresholds) is RunClass.UNLEARNED
+    assert classify(gap_closed(unigram, bigram, unigram), thresholds) is RunClass.UNIGRAM
+    assert classify(gap_closed(bigram, bigram, unigram), thresholds) is RunClass.BIGRAM

@@ -1,11 +1,11 @@
 """The default DVC remote round-trips results: push, fresh clone, pull, nothing left to run.
 
-A scratch git repository is built from the working tree (tracked and untracked, non-ignored
-files); one experiment that trains nothing is run with Snakemake, which records its outputs
-in dvc.lock when it succeeds; they are pushed to the default remote (`dvc-storage/`, inside
-the project and ignored by git) and pulled into a `git clone` whose remote is pointed at the
-first copy's storage with `dvc remote modify --local` (README, "Sharing results: the DVC
-remote").
+A scratch git repository is built from a clone of this one and the working tree (tracked and
+untracked, non-ignored files); one experiment that trains nothing is run with Snakemake,
+which records its outputs in dvc.lock when it succeeds; they are pushed to the default remote
+(`dvc-storage/`, inside the project and ignored by git) and pulled into a `git clone` whose
+remote is pointed at the first copy's storage with `dvc remote modify --local` (README,
+"Sharing results: the DVC remote").
 """
 
 from __future__ import annotations
@@ -74,15 +74,16 @@ class RoundTrip:
 def round_trip(tmp_path_factory: pytest.TempPathFactory) -> RoundTrip:
     root = tmp_path_factory.mktemp("dvc_remote")
     origin, clone, empty = root / "origin", root / "clone", root / "empty-storage"
-    origin.mkdir()
     empty.mkdir()
+    # A clone, so that the history holds the commits the claims folder's records name (the
+    # stability record's commit must be one of this history's), then the working tree on top.
+    _ok(root, "git", "clone", "-q", REPO, origin)
     _copy_working_tree(origin)
     # A project with nothing recorded yet: the committed dvc.lock (half a megabyte, most of it
     # the claims stage's params) would make every dvc command below several times slower.
     (origin / "dvc.lock").unlink(missing_ok=True)
-    _ok(origin, "git", "init", "-q")
     _ok(origin, "git", "add", "-A")
-    _ok(origin, "git", *GIT_USER, "commit", "-q", "-m", "working tree")
+    _ok(origin, "git", *GIT_USER, "commit", "-q", "--allow-empty", "-m", "working tree")
 
     _ok(origin, BIN / "snakemake", "--cores", "1", EXPERIMENT)  # records it in dvc.lock
     unpushed = _run(origin, BIN / "dvc", "status", "-c", "-q", OUTPUT).returncode

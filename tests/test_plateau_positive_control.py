@@ -71,7 +71,7 @@ def test_fig1_readings_give_the_unigram_bigram_and_trigram_plateaus(
     found = _analyse(paper, FIG1, steps, loss)
     assert found.orders == [1, 2, 3]
     assert all(_covers(found, shown) for shown in FIG1.plateaus)
-    calls = stage_calls(found)
+    calls = stage_calls(found, len(FIG1.baselines))
     assert calls["strict_stages"] == 1.0 and calls["first_order"] == 1.0
 
 

@@ -60,15 +60,20 @@ def _keys(pattern: str) -> list[tuple[str, int]]:
 
 
 def _per_seed_values(claim: Claim, classes: dict[int, RunClass]) -> dict[str, float]:
-    """The keys of the claim's per-seed pattern (and of its ``only`` pattern), with bounds
-    equal to the value where the claim reads call bounds (every call firm)."""
+    """The keys of the claim's per-seed pattern (and of its ``only`` pattern: the run class, or
+    else the event the claim is about, which every seed has), with bounds equal to the value
+    where the claim reads call bounds (every call firm)."""
     spec = claim.per_seed
     assert spec is not None
     values = {}
     for pattern in (spec.pattern, spec.only.pattern if spec.only else None):
         for key, seed in _keys(pattern) if pattern else []:
-            by_class = key.endswith("/class")
-            values[key] = float(classes[seed]) if by_class else _value(classes[seed], seed)
+            if key.endswith("/class"):
+                values[key] = float(classes[seed])
+            elif spec.only is not None and pattern == spec.only.pattern:
+                values[key] = spec.only.equals  # the event the claim is about: every seed
+            else:
+                values[key] = _value(classes[seed], seed)
             if spec.call_bounds and pattern == spec.pattern:
                 values[f"{key}.lo"] = values[f"{key}.hi"] = values[key]
     return values
@@ -195,7 +200,11 @@ def test_a_claim_about_stuck_runs_without_any_has_no_subject(everything) -> None
     """No stuck seed: the metric is NaN and the claim is inconclusive, saying why."""
     escaped = dict.fromkeys(SEEDS, RunClass.BIGRAM)
     records = _verdicts(everything, escaped)
-    about_stuck = [c.id for c in everything[1].claims if c.per_seed and c.per_seed.only]
+    about_stuck = [
+        c.id
+        for c in everything[1].claims
+        if c.per_seed and c.per_seed.only and c.per_seed.only.pattern.endswith("/class")
+    ]
     assert len(about_stuck) == 7
     for claim_id in about_stuck:
         r = records[claim_id]

@@ -2,9 +2,10 @@
 when the suite reruns under a numerically neutral perturbation.
 
 `compare` is tested on records with a flipped verdict (the check can fail); the whole
-command runs once in a scratch git project of two experiments that train nothing (paper A's
-and paper B's Table 1, conftest's `built_training_free_workflow`), where a rerun with two
-torch threads must change nothing."""
+command runs in a scratch git project of two experiments that train nothing (paper A's and
+paper B's Table 1, conftest's `built_training_free_workflow`), where a rerun with two torch
+threads must change nothing, then with ``--papers`` for paper B alone. The record's checks
+are tested in test_stability_record.py."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from replicate.claim_files import load_claims, stability_file
+from replicate.claim_files import load_claims, read_stability, stability_file
 from replicate.config import load_params
 from replicate.expect import RefusedRecording
 from replicate.params import ConfigError
+from replicate.provenance import code_digest
 from replicate.stability import compare, stability
 from replicate.verdicts import ClaimRecord
 
@@ -108,23 +110,27 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     params = load_params(project / "params.yaml", scale="ci")
     path = stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="1")
     assert path == stability_file(params.claims_dir)
-    written = json.loads(path.read_text())
-    entry = written["perturbations"]["threads-2"]
+    record = read_stability(path)  # as the command wrote it: its digest matches
+    entry = record.perturbations["threads-2"]
     claims = json.loads((project / "results/claims.json").read_text())
-    assert entry["claims"] == len(claims) > 0
-    assert (entry["values_moved"], entry["verdicts_changed"], entry["threads"]) == (0, [], 2)
+    assert sorted(entry.papers) == ["attn_markov", "local_global"]
+    assert sum(check.claims for check in entry.papers.values()) == len(claims) > 0
+    for paper, check in entry.papers.items():
+        assert (check.values_moved, check.verdicts_changed) == (0, [])
+        assert check.code_sha256 == code_digest(paper, project)
+        assert len(check.commit) >= 7
+    assert (record.scale, entry.threads) == ("ci", 2)
     clone_params = yaml.safe_load((tmp_path / "threads-2" / "params.yaml").read_text())
     assert clone_params["runtime"]["threads"] == 2
-    assert written["scale"] == "ci" and len(entry["commit"]) >= 7
     assert len(load_claims(params).claims) == len(claims)  # the claims folder still loads
-    # A later check of another perturbation keeps this one's entry, with its own commit.
-    written["perturbations"] = {"aten-default": {"claims": 1, "verdicts_changed": []}}
-    written["commit"] = "0123abc"
-    path.write_text(json.dumps(written))
-    kept = json.loads(stability(params, ["threads-2"], project, tmp_path, "1").read_text())
-    assert sorted(kept["perturbations"]) == ["aten-default", "threads-2"]
-    assert kept["perturbations"]["aten-default"]["commit"] == "0123abc"
-    assert kept["perturbations"]["threads-2"]["commit"] == entry["commit"]
+    # `--papers local_global` runs that paper's target alone and keeps paper A's entry.
+    before = json.loads(path.read_text())["perturbations"]["threads-2"]["papers"]
+    stability(params, ["threads-2"], ["local_global"], project, tmp_path, "1")
+    after = json.loads(path.read_text())["perturbations"]["threads-2"]["papers"]
+    assert after["attn_markov"] == before["attn_markov"]
+    assert after["local_global"]["claims"] == before["local_global"]["claims"]
+    assert not (tmp_path / "threads-2/results/attn_markov").exists()
+    assert (tmp_path / "threads-2/results/local_global").is_dir()
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")
@@ -132,6 +138,8 @@ def test_refusals_name_the_problem(project: Path, tmp_path: Path) -> None:
     params = load_params(project / "params.yaml", scale="ci")
     with pytest.raises(ConfigError, match="unknown perturbation avx9"):
         stability(params, ["avx9"], root=project, workdir=tmp_path)
+    with pytest.raises(ConfigError, match="unknown paper two_layer; choose from attn_markov, "):
+        stability(params, ["threads-2"], ["two_layer"], root=project, workdir=tmp_path)
     stray = project / "stray.txt"
     stray.write_text("not committed")
     try:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from replicate.experiments.subngrams.common import over_seeds, seed_column
+from replicate import claims
+from replicate.config import load_params
+from replicate.experiments.subngrams.common import NO_EVENT, over_seeds, seed_column
+from replicate.experiments.subngrams.fig1 import stage_calls
+from replicate.experiments.subngrams.fig3 import AT_PLATEAU, _summary, seed_metrics
 from replicate.experiments.subngrams.fig6 import gradient_metrics, stagewise
 from replicate.experiments.subngrams.stages import (
     StageSettings,
@@ -20,6 +26,10 @@ from replicate.experiments.subngrams.stages import (
     stages,
     with_call_bounds,
 )
+from replicate.provenance import recorded_inputs
+from replicate.verdicts import ClaimRecord
+
+from .conftest import claim_dict, params_with_claims
 
 SETTINGS = StageSettings(rho=0.05, threshold=0.4, dominance=2.0, reference_steps=4000, call_se=1.0)
 LEVELS = [1.58, 1.51, 1.26]  # b_1 > b_2 > b_3, as paper C's Fig. 6 setting
@@ -147,3 +157,56 @@ def test_summaries_over_seeds_skip_seeds_without_the_event_and_do_not_warn() -> 
         assert over_seeds(np.nanmax, seed_column(per_seed, "level")) == 1.6
         for reduce in (np.nanmean, np.nanmedian, np.nanmax):
             assert math.isnan(over_seeds(reduce, seed_column(per_seed[1:2], "level")))
+
+
+def _short_run_seed() -> dict[str, float]:
+    """Fig. 3's per-seed values of a run of 30 steps: shorter than any plateau (rho t_ref =
+    200 steps here), so it has no second plateau."""
+    steps = np.array([0.0, 10.0, 20.0, 30.0])
+    masses = np.full((4, 2, 4), 0.25)  # two heads attending uniformly: on no offset
+    distances = np.full((4, 3, 2), 0.1)
+    loss = np.array([1.60, 1.59, 1.58, 1.57])
+    return seed_metrics(
+        0, steps, loss, masses, np.ones(4), distances, np.array(LEVELS), 0.0, SETTINGS
+    )
+
+
+def test_an_absent_event_is_an_outcome_of_its_claims_never_missing(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """A seed without the second plateau (a short run) says so (``has_second_plateau`` = 0)
+    and has finite measures there (`NO_EVENT`); C-F3b-bigram-estimator and C-F3c then read
+    the seeds with one, and with none have no subject (``inconclusive``), not ``missing``."""
+    short = _short_run_seed()
+    assert short["has_second_plateau"] == 0.0
+    assert all(short[key] == NO_EVENT for key in AT_PLATEAU)
+    calls = stage_calls(
+        stages(np.array([0.0, 10.0, 20.0, 30.0]), np.ones(4), LEVELS, SETTINGS, 0.0), len(LEVELS)
+    )
+    assert (calls["has_stage"], calls["first_order"]) == (0.0, NO_EVENT)
+    # A model that learns nothing: one plateau from start to end, which it never leaves, so no
+    # stage of training (F1b, the negative control).
+    flat = np.arange(0.0, 6145.0, 16.0)
+    untrained = stages(flat, np.full(len(flat), LEVELS[0]), LEVELS, SETTINGS, 0.0)
+    assert len(untrained.plateaus) == 1
+    assert stage_calls(untrained, len(LEVELS))["has_stage"] == 0.0
+    at_plateau = {"has_second_plateau": 1.0, "plateau_nearest_bigram": 1.0, "plateau_level": 1.63}
+    ids = ["C-F3b-bigram-estimator", "C-F3c-plateau-level"]
+    path = params_with_claims(tmp_path, params_dict, [claim_dict(i) for i in ids])
+    params = load_params(path, scale="ci")
+    out = tmp_path / "results/subngrams/fig3"
+    out.mkdir(parents=True)
+    (out / "provenance.json").write_text(json.dumps(recorded_inputs("subngrams_fig3", params)))
+
+    def verdicts(per_seed: dict[int, dict[str, float]]) -> dict[str, ClaimRecord]:
+        metrics = _summary(per_seed, np.array(LEVELS), params.settings("subngrams_fig3"))
+        (out / "metrics.json").write_text(json.dumps(metrics))
+        return {r.id: r for r in claims.evaluate(params, tmp_path)}
+
+    some = verdicts({1: short | at_plateau, 2: short, 3: short | at_plateau})
+    estimator = some["C-F3b-bigram-estimator"]
+    assert (estimator.verdict, estimator.measured) == ("holds", 1.0)
+    assert estimator.seed_values == {"1": 1.0, "3": 1.0}  # seed 2 has no plateau
+    assert some["C-F3c-plateau-level"].verdict == "holds"
+    for record in verdicts({1: short, 2: short}).values():
+        assert record.verdict == "inconclusive" and "no subject" in record.note, record.id

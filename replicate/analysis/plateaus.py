@@ -62,7 +62,8 @@ def _slopes(t: np.ndarray, smooth: np.ndarray, h: np.ndarray) -> tuple[np.ndarra
     index = np.arange(len(t))
     before = np.clip(index - h, 0, len(t) - 1)
     after = np.clip(index + h, 0, len(t) - 1)
-    return (smooth[before] - smooth[after]) / (t[after] - t[before]), after
+    with np.errstate(divide="ignore", invalid="ignore"):  # a window of one step: NaN, not flat
+        return (smooth[before] - smooth[after]) / (t[after] - t[before]), after
 
 
 def detect_plateaus(

@@ -14,11 +14,16 @@ import torch
 
 if TYPE_CHECKING:
     from lightning_modules import EnsembleModule
+    from replicate.params import Classification
 
 
 class RunClass(IntEnum):
-    """What a run converged to; stored in metrics.json as the integer value."""
+    """What a run converged to; stored in metrics.json as the integer value. ``UNLEARNED``:
+    its loss lies above the unigram band (`classify`), as a model at its initialisation
+    predicting uniformly does where the stationary law is not uniform: it has not reached
+    the unigram solution the paper's stuck runs sit at (paper A, Sec. 4)."""
 
+    UNLEARNED = -2
     UNIGRAM = -1
     INTERMEDIATE = 0
     BIGRAM = 1
@@ -43,10 +48,15 @@ def gap_closed(loss: float, oracle_bigram: float, oracle_unigram: float) -> floa
     return (oracle_unigram - loss) / (oracle_unigram - oracle_bigram)
 
 
-def classify(kappa: float, bigram_min: float, unigram_max: float) -> RunClass:
-    if kappa >= bigram_min:
+def classify(kappa: float, thresholds: Classification) -> RunClass:
+    """The run's class from kappa (spec A, Sec. 4): BIGRAM at kappa >= ``bigram_kappa_min``,
+    UNIGRAM in [``unigram_kappa_min``, ``unigram_kappa_max``] (the loss within that many
+    gaps of the unigram loss, on either side), UNLEARNED below it, else INTERMEDIATE."""
+    if kappa >= thresholds.bigram_kappa_min:
         return RunClass.BIGRAM
-    if kappa <= unigram_max:
+    if kappa < thresholds.unigram_kappa_min:
+        return RunClass.UNLEARNED
+    if kappa <= thresholds.unigram_kappa_max:
         return RunClass.UNIGRAM
     return RunClass.INTERMEDIATE
 

@@ -146,7 +146,7 @@ def train_and_fit(
                 "oracle_bigram": bigram,
                 "oracle_unigram": unigram,
                 "kappa": kappa,
-                "run_class": analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max),
+                "run_class": analysis.classify(kappa, cls),
                 "transition_means": final.transition_means[i],
             }
         )

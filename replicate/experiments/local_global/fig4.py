@@ -176,9 +176,7 @@ def _seed_metrics(s: Fig4Settings, table: pd.DataFrame, ctx: RunContext) -> Metr
             f"{prefix}/dev_p1_given_0": abs(row.p1_given_0 - chain.p),
             f"{prefix}/dev_p1_given_1": abs(row.p1_given_1 - (1 - chain.q)),
             f"{prefix}/kappa": kappa,
-            f"{prefix}/class": float(
-                analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max)
-            ),
+            f"{prefix}/class": float(analysis.classify(kappa, cls)),
         }
         for k in s.plateau_steps:
             excess = getattr(row, f"loss_at_{k}") - row.oracle_unigram

@@ -140,9 +140,7 @@ def low_rank_metrics(s: LowRankSettings, run: LowRankRun, ctx: RunContext) -> Me
         metrics[f"{prefix}/final_loss"] = loss
         metrics[f"{prefix}/delta_bigram"] = loss - run.oracle_bigram[i]
         metrics[f"{prefix}/kappa"] = kappa
-        metrics[f"{prefix}/class"] = float(
-            analysis.classify(kappa, cls.bigram_kappa_min, cls.unigram_kappa_max)
-        )
+        metrics[f"{prefix}/class"] = float(analysis.classify(kappa, cls))
         deltas.append(loss - run.oracle_bigram[i])
     metrics["final/max_delta_bigram"] = max(deltas)
     constants = chain_constants(s.chain.p, s.chain.q)

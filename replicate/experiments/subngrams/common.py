@@ -275,13 +275,25 @@ def over_seeds(reduce: Callable[[np.ndarray], float], values: np.ndarray) -> flo
     return math.nan if np.isnan(values).all() else float(reduce(values))
 
 
-def finite_max(values: np.ndarray) -> float:
-    """Max over the seeds that made a transition (finite values); NaN if none did."""
-    finite = values[np.isfinite(values)]
-    return float(finite.max()) if finite.size else math.nan
+NO_EVENT = 0.0
+"""A per-seed measure of an event (the second plateau, a transition) in a seed where the
+event did not happen; the seed's indicator of the event (``has_second_plateau``,
+``made_transition``, ...) is then 0. The claims on the event read only the seeds where it
+happened (``per_seed.only``), and with none have no subject (``inconclusive``: an absent
+event is an outcome of the run, not a fault); but `replicate.claims.seed_matrix` needs a
+finite number at every seed, so NaN here would make them ``missing``."""
 
 
-def finite_min(values: np.ndarray) -> float:
-    """Min over the seeds that made a transition (finite values); NaN if none did."""
-    finite = values[np.isfinite(values)]
-    return float(finite.min()) if finite.size else math.nan
+def without_event(keys: Iterable[str]) -> dict[str, float]:
+    """`NO_EVENT` for each of the per-seed measures ``keys`` of an event that did not happen."""
+    return dict.fromkeys(keys, NO_EVENT)
+
+
+def over_event_seeds(
+    reduce: Callable[[np.ndarray], float], values: np.ndarray, happened: np.ndarray
+) -> float:
+    """``reduce`` over the values of the seeds where the event happened (boolean
+    ``happened``, the seeds' indicators); NaN when it happened in none (the claims on it
+    then have no subject, `NO_EVENT`)."""
+    kept = values[happened]
+    return float(reduce(kept)) if kept.size else math.nan

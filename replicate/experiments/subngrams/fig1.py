@@ -9,7 +9,7 @@ or not, App. F.2) the model uses there.
 from __future__ import annotations
 
 import itertools
-import math
+from functools import partial
 from typing import Annotated, Literal
 
 import numpy as np
@@ -18,6 +18,7 @@ from pydantic import Field
 
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.subngrams.common import (
+    NO_EVENT,
     ChainSettings,
     OptimSettings,
     TrainingSettings,
@@ -26,6 +27,7 @@ from replicate.experiments.subngrams.common import (
     kgram_levels,
     level_noise,
     member_test_set,
+    over_event_seeds,
     train_simplified,
 )
 from replicate.experiments.subngrams.fig6 import plot_loss_and_gradient
@@ -61,8 +63,16 @@ CALLED = ("strict_stages", "reduced_stages")
 """The per-seed values that rest on the plateaus' k-gram order calls (`with_call_bounds`)."""
 
 
-def stage_calls(stage: Stages) -> dict[str, float]:
-    """F1a's and F1b's per-seed values from one reading of the plateaus' orders."""
+def stage_calls(stage: Stages, orders: int) -> dict[str, float]:
+    """F1a's and F1b's per-seed values from one reading of the plateaus' orders (of k-gram
+    orders 1..``orders``).
+
+    F1b (spec C §4.1) is about the first stage of training: the first plateau the run leaves
+    (an intermediate plateau; the last one is where it ends, and a run that learns nothing is
+    one plateau from start to end). ``has_stage`` says whether the seed has one,
+    ``first_order`` is its order (``orders`` + 1 when no band holds its level: above every
+    order), `NO_EVENT` without one; the claim reads the seeds with one (``per_seed.only``)."""
+    first = next(iter(stage.intermediate), None)
     orders = [o for o in stage.orders if o is not None]
     inter = [o for o in stage.orders[:-1] if o is not None]
     final = stage.final_order
@@ -84,7 +94,8 @@ def stage_calls(stage: Stages) -> dict[str, float]:
             and final >= 3
             and all(a <= b for a, b in itertools.pairwise(orders))
         ),
-        "first_order": float(stage.orders[0] or math.inf) if stage.plateaus else math.inf,
+        "has_stage": float(first is not None),
+        "first_order": NO_EVENT if first is None else float(stage.orders[0] or orders + 1),
     }
 
 
@@ -101,7 +112,7 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     rows, per_seed = [], []
     for i, seed in enumerate(s.seeds):
         stage = stages(steps, losses[i], levels, s.stage, noise)
-        values = with_call_bounds(stage, stage_calls, CALLED)
+        values = with_call_bounds(stage, partial(stage_calls, orders=len(levels)), CALLED)
         values |= {
             "max_rise": max_rise(losses[i]),
             "final_minus_bayes": float(losses[i, -1] - levels[-1]),
@@ -129,7 +140,9 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     metrics |= {
         "F1a/frac_seeds_strict_stages": float(col("strict_stages").mean()),
         "F1a/frac_seeds_reduced_stages": float(col("reduced_stages").mean()),
-        "F1b/max_first_plateau_order": float(col("first_order").max()),
+        "F1b/max_first_stage_order": over_event_seeds(
+            np.max, col("first_order"), col("has_stage") == 1
+        ),
         "F1c/max_rise": float(col("max_rise").max()),
         "F1d/min_final_minus_bayes": float(col("final_minus_bayes").min()),
     }

@@ -9,6 +9,7 @@ maps of every evaluation are saved for Fig. 5 (`histories.pt`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Literal
 
@@ -31,9 +32,11 @@ from replicate.experiments.subngrams.common import (
     kgram_lines,
     level_noise,
     member_test_set,
+    over_event_seeds,
     over_seeds,
     seed_column,
     train_simplified,
+    without_event,
 )
 from replicate.experiments.subngrams.stages import (
     OFFSETS,
@@ -46,6 +49,16 @@ from replicate.experiments.subngrams.stages import (
     stages,
 )
 from replicate.settings import PositiveInt, Strict
+
+AT_PLATEAU = (
+    "plateau_level",
+    "plateau_bigram_only",
+    "plateau_both_heads_m1",
+    "plateau_nearest_bigram",
+    "plateau_nearest_bigram_tv",
+)
+"""The per-seed measures at the second plateau that F3b and F3c (spec C §4.3) reduce over
+the seeds with one (``has_second_plateau`` = 1; `NO_EVENT` in a seed without)."""
 
 
 class Fig3Settings(Strict):
@@ -77,7 +90,9 @@ def seed_metrics(
 ) -> Metrics:
     """F3a-F3e for one seed; masses (n, H, len(OFFSETS)), distances (n, orders, 2) from
     `estimator_distances`. The plateau of F3b-F3c is the paper's second plateau, the first one
-    below the n-gram level (`Stages.second_plateau`; the run may end on it: the switch is slow)."""
+    below the n-gram level (`Stages.second_plateau`; the run may end on it: the switch is slow);
+    ``has_second_plateau`` says whether the seed has one, and without it the `AT_PLATEAU`
+    measures are `NO_EVENT` (the claims on the plateau leave the seed out)."""
     stage = stages(steps, loss, levels, s, noise)
     second = stage.second_plateau(len(levels))
     one, two = OFFSETS.index(1), OFFSETS.index(2)
@@ -89,13 +104,9 @@ def seed_metrics(
     }
     final_on = heads_on(masses[-1], s)
     out["final_switch"] = float({1, 2} <= final_on)
+    out["has_second_plateau"] = float(second is not None)
     if second is None:
-        return out | {
-            "plateau_level": math.nan,
-            "plateau_bigram_only": math.nan,
-            "plateau_nearest_bigram": math.nan,
-            "plateau_nearest_bigram_tv": math.nan,
-        }
+        return out | without_event(AT_PLATEAU)
     middle = midpoint_index(steps, second)
     mid = masses[middle]
     on = heads_on(mid, s)
@@ -180,21 +191,20 @@ def _summary(per_seed: dict[int, Metrics], levels: np.ndarray, s: Fig3Settings) 
 
     col = partial(seed_column, per_seed.values())
     switched = col("final_switch") == 1
+    with_plateau = col("has_second_plateau") == 1
+
+    def at_plateau(reduce: Callable[[np.ndarray], float], key: str) -> float:
+        return over_event_seeds(reduce, col(key), with_plateau)
+
     metrics |= {
         "F3a/max_mass_at_first_mark": float(col("first_mark_max_mass").max()),
-        "F3b/frac_seeds_bigram_heads_at_plateau": over_seeds(
-            np.nanmean, col("plateau_bigram_only")
+        "F3b/frac_seeds_bigram_heads_at_plateau": at_plateau(np.mean, "plateau_bigram_only"),
+        "F3b/frac_seeds_both_heads_m1_at_plateau": at_plateau(np.mean, "plateau_both_heads_m1"),
+        "F3b/frac_seeds_nearest_bigram_at_plateau": at_plateau(np.mean, "plateau_nearest_bigram"),
+        "F3b/frac_seeds_nearest_bigram_at_plateau_tv": at_plateau(
+            np.mean, "plateau_nearest_bigram_tv"
         ),
-        "F3b/frac_seeds_both_heads_m1_at_plateau": over_seeds(
-            np.nanmean, col("plateau_both_heads_m1")
-        ),
-        "F3b/frac_seeds_nearest_bigram_at_plateau": over_seeds(
-            np.nanmean, col("plateau_nearest_bigram")
-        ),
-        "F3b/frac_seeds_nearest_bigram_at_plateau_tv": over_seeds(
-            np.nanmean, col("plateau_nearest_bigram_tv")
-        ),
-        "F3c/median_plateau_level": over_seeds(np.nanmedian, col("plateau_level")),
+        "F3c/median_plateau_level": at_plateau(np.median, "plateau_level"),
         "F3d/frac_seeds_switched": float(switched.mean()),
         "F3d/min_drop_switched": float(col("final_drop")[switched].min())
         if switched.any()

@@ -3,7 +3,9 @@
 Derived from Fig. 3 (`upstream: fig3`): reads the saved loss curves and first-layer maps of
 every seed (`histories.pt`) instead of retraining. Per seed: the first step some head is on
 the (-1)-token and on the (-2)-token, and the heads at the midpoint of the second plateau,
-the first one below the n-gram level (`Stages.second_plateau`).
+the first one below the n-gram level (`Stages.second_plateau`). F5b is about that plateau:
+it reads the seeds with one (``seed<s>/has_second_plateau`` = 1; their margin is `NO_EVENT`
+in a seed without).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 
 from replicate import plotting
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams.common import NO_EVENT, over_event_seeds
 from replicate.experiments.subngrams.stages import (
     OFFSETS,
     StageSettings,
@@ -78,13 +81,20 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
     table = pd.DataFrame(rows)
     ctx.save_csv(table, "heads.csv")
     _plot(maps, ctx)
-    return {
+    with_plateau = table.plateau_mid.notna().to_numpy()
+    margins = table.margin_1_over_2.to_numpy()
+    metrics: Metrics = {
         "F5a/frac_seeds_1_before_2": float(table.first_1_before_2.mean()),
-        "F5b/min_margin_1_over_2": float(table.margin_1_over_2.min()),
+        "F5b/min_margin_1_over_2": over_event_seeds(np.min, margins, with_plateau),
         "F5c/frac_seeds_both_heads_on_1": float(table.both_heads_on_1.mean()),
-        **{f"seed{r['seed']}/margin_1_over_2": r["margin_1_over_2"] for r in rows},
-        **{f"seed{r['seed']}/t_first_on_1": r["t_first_on_1"] for r in rows},
     }
+    for r, has, margin in zip(rows, with_plateau, margins, strict=True):
+        metrics |= {
+            f"seed{r['seed']}/has_second_plateau": float(has),
+            f"seed{r['seed']}/margin_1_over_2": float(margin) if has else NO_EVENT,
+            f"seed{r['seed']}/t_first_on_1": r["t_first_on_1"],
+        }
+    return metrics
 
 
 def _plot(maps: list[tuple[int, int, np.ndarray]], ctx: RunContext) -> None:

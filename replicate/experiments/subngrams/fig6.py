@@ -8,6 +8,7 @@ code) on twin axes, plus the population-gradient norm of spec C §4.0 on a fixed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Literal
 
@@ -22,16 +23,16 @@ from replicate.experiments.subngrams.common import (
     OptimSettings,
     TrainingSettings,
     curves_frame,
-    finite_max,
-    finite_min,
     history_losses,
     kgram_levels,
     kgram_lines,
     level_noise,
     member_test_set,
+    over_event_seeds,
     over_seeds,
     seed_column,
     train_simplified,
+    without_event,
 )
 from replicate.experiments.subngrams.stages import (
     Stages,
@@ -68,6 +69,12 @@ def stagewise(stage: Stages, final_order: int) -> bool:
     )
 
 
+AT_TRANSITION = ("grad_ratio", "grad_spike_factor", "pop_grad_ratio", "grad_peak_distance")
+"""The per-seed measures of `gradient_metrics` that need a transition, a plateau followed by
+another: F6b-F6d (spec C §4.6) reduce them over the seeds that made one
+(``made_transition`` = 1; `NO_EVENT` in a seed without)."""
+
+
 def gradient_metrics(
     steps: np.ndarray, stage: Stages, minibatch: np.ndarray, population: np.ndarray
 ) -> Metrics:
@@ -98,12 +105,16 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
     per_seed = []
     for i, seed in enumerate(s.seeds):
         stage = stages(steps, losses[i], levels, s.stage, noise)
+        made_transition = len(stage.plateaus) >= 2
         values = gradient_metrics(steps, stage, grads[i], pop[i])
+        if not made_transition:
+            values |= without_event(AT_TRANSITION)
         longest = stage.longest_intermediate()
         values |= with_call_bounds(
             stage, lambda r: {"stagewise": float(stagewise(r, s.chain.order))}, ["stagewise"]
         )
         values |= {
+            "made_transition": float(made_transition),
             "plateaus": float(len(stage.plateaus)),
             "final_loss": float(losses[i, -1]),
             "final_order": float(stage.final_order or 0),
@@ -119,12 +130,17 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
         metrics |= {f"seed{seed}/{key}": value for key, value in values.items()}
 
     col = partial(seed_column, per_seed)
+    made = col("made_transition") == 1
+
+    def over_transitions(reduce: Callable[[np.ndarray], float], key: str) -> float:
+        return over_event_seeds(reduce, col(key), made)
+
     metrics |= {
         "F6a/frac_seeds_stagewise": float(col("stagewise").mean()),
-        "F6b/max_grad_ratio": over_seeds(np.nanmax, col("grad_ratio")),
-        "F6b/min_grad_spike_factor": finite_min(col("grad_spike_factor")),
-        "F6c/max_pop_grad_ratio": over_seeds(np.nanmax, col("pop_grad_ratio")),
-        "F6d/max_peak_distance": finite_max(col("grad_peak_distance")),
+        "F6b/max_grad_ratio": over_transitions(np.max, "grad_ratio"),
+        "F6b/min_grad_spike_factor": over_transitions(np.min, "grad_spike_factor"),
+        "F6c/max_pop_grad_ratio": over_transitions(np.max, "pop_grad_ratio"),
+        "F6d/max_peak_distance": over_transitions(np.max, "grad_peak_distance"),
         "heads/frac_seeds_bigram_heads_on_plateau": over_seeds(
             np.nanmean, col("plateau_heads_bigram")
         ),
