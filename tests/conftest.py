@@ -159,6 +159,16 @@ def head_commit(root: Path = REPO) -> str:
     return done.stdout.strip() if done.returncode == 0 else "0000000"
 
 
+def git(root: Path, *args: str) -> None:
+    """Run git in ``root`` as a test user (commits need a name and an address)."""
+    subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
 def synthetic_record(claim_id: str, paper: str, verdict: str, measured: float) -> ClaimRecord:
     """A `ClaimRecord` of ``claim_id`` with just the verdict and value the stability check
     compares (the rest placeholders)."""

@@ -10,7 +10,6 @@ are tested in test_stability_record.py."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from replicate.provenance import code_digest
 from replicate.stability import compare, stability
 from replicate.verdicts import ClaimRecord
 
-from .conftest import built_training_free_workflow
+from .conftest import built_training_free_workflow, git, synthetic_record
 
 pytestmark = pytest.mark.workflow(seconds=70)
 
@@ -33,28 +32,7 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 
 def _record(claim_id: str, verdict: str, measured: float) -> ClaimRecord:
-    return ClaimRecord(
-        id=claim_id,
-        paper="two_layer",
-        experiment="two_layer_maps",
-        figure="App. H.1",
-        statement="",
-        metric="k1/l2/min_mm_minus_chance",
-        comparison="ge",
-        measured=measured,
-        reference=0.15,
-        tolerance=0.0,
-        scale="ci",
-        verdict=verdict,
-        expected=verdict,
-        expected_reason=None,
-        expected_basis="",
-        matches_expectation=True,
-        provenance="proposal",
-        source="",
-        reference_source="",
-        note="",
-    )
+    return synthetic_record(claim_id, "two_layer", verdict, measured)
 
 
 def test_compare_names_each_changed_verdict_with_both_values() -> None:
@@ -83,23 +61,14 @@ def test_compare_of_identical_runs_finds_nothing() -> None:
     assert compare(records, records) == {"claims": 2, "values_moved": 0, "verdicts_changed": []}
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A committed scratch project whose claims are built (results and logs untracked)."""
     root = built_training_free_workflow(tmp_path_factory, tmp_path_factory.mktemp("stability"))
     (root / ".gitignore").write_text("results/\nlogs/\n.snakemake/\n__pycache__/\n")
-    _git(root, "init", "--quiet")
-    _git(root, "add", "-A")
-    _git(root, "commit", "--quiet", "-m", "scratch")
+    git(root, "init", "--quiet")
+    git(root, "add", "-A")
+    git(root, "commit", "--quiet", "-m", "scratch")
     return root
 
 

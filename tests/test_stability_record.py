@@ -13,7 +13,6 @@ the entries of the papers not rerun.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from .conftest import (
     CLAIMS_DIR,
     PARAMS_FILE,
     claim_dict,
+    git,
     head_commit,
     params_with_claims,
     stability_record,
@@ -59,22 +59,13 @@ def _marked_params(root: Path, params_dict: dict) -> Params:
     return load_params(params_with_claims(root, params_dict, [claim]), scale="ci")
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
-
-
 @pytest.fixture
 def project(tmp_path: Path, params_dict: dict) -> Params:
     """A committed git project (`_marked_params`) whose record names its own HEAD."""
     params = _marked_params(tmp_path, params_dict)
-    _git(tmp_path, "init", "-q")
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "commit", "-q", "-m", "claims")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "claims")
     stability_record(params.claims_dir, {PAPER: [CLAIM_ID]}, commit=head_commit(tmp_path))
     return params
 
