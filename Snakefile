@@ -9,6 +9,7 @@
 import copy
 import json
 import sys
+from pathlib import Path
 
 from snakemake.utils import update_config
 
@@ -17,6 +18,7 @@ from replicate.claims import input_files
 from replicate.config import DEFAULT_PARAMS, load_params, read_params_file
 from replicate.experiments import code_dependencies
 from replicate.params import ConfigError, ResourceRequest, value_at
+from replicate.report import captions, claims_caption, console_summary, stored_records
 from replicate.verdicts import CLAIMS_FILE, REPORT_FILE, verdict_summary_paths
 from replicate.plan import critical_path_seconds, expected_seconds, read_resources
 from replicate.record import record_in_dvc
@@ -68,21 +70,13 @@ def outputs_of(names):
 CLAIMS_OUTPUTS = [str(p) for p in (CLAIMS_FILE, REPORT_FILE, *verdict_summary_paths())]
 
 
-# Snakemake renders a caption with the workflow's config alone: the claims the captions list
-# (report/experiment.rst) are added to it, per experiment, as the report shows them.
-config["report_claims"] = {
-    name: [
-        {
-            "id": c.id,
-            "source": c.source,
-            "statement": c.statement,
-            "expected": c.expected[SCALE].verdict,
-        }
-        for c in CLAIMS.claims
-        if c.experiment == name
-    ]
-    for name in EXPERIMENTS
-}
+# Snakemake renders a caption with the workflow's config alone: what the captions show
+# (report/experiment.rst, report/claims.rst) is added to it, escaped for reStructuredText:
+# per experiment its title, source and claims with the expected verdicts and the measured
+# ones of results/claims.json; and the measured verdicts' counts.
+STORED, STORED_PROBLEM = stored_records()
+config["report_captions"] = captions(PARAMS, CLAIMS.claims, STORED)
+config["report_verdicts"] = claims_caption(STORED, STORED_PROBLEM)
 
 
 def for_report(name, path):
@@ -196,6 +190,16 @@ rule claims:
         f"{PY} check > {{log}} 2>&1"
 
 
+# Every run ends with the claims' verdicts (results/claims.json as last written, saying so
+# when an input changed since), the unexpected ones and where REPORT.md is: after the jobs'
+# input lists Snakemake prints, the last lines a console shows, whether the run succeeded
+# (`onsuccess`) or failed (`onerror`, e.g. the claims check).
+def print_verdicts():
+    """The last lines of every run: the claims' verdicts, the unexpected ones, REPORT.md."""
+    inputs = [*input_files(PARAMS, CLAIMS), *outputs_of(EXPERIMENTS)]
+    print("\n" + "\n".join(console_summary(inputs=[Path(p) for p in inputs])), flush=True)
+
+
 # DVC records what Snakemake wrote (issue 11): every stage (a paper, the claims) whose outputs
 # are now current or not written yet goes into dvc.lock, so `dvc status` agrees with
 # `snakemake -n`. A failed or
@@ -204,3 +208,8 @@ rule claims:
 # finished before the failure included.
 onsuccess:
     record_in_dvc(PARAMS)
+    print_verdicts()
+
+
+onerror:
+    print_verdicts()

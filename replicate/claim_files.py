@@ -119,6 +119,9 @@ class Recording(Strict):
     """The commit whose code produced the measurement."""
     date: str | None = None
     """The UTC date it was recorded (None: recorded by hand before `expect` existed)."""
+    cited: dict[str, float | None] = Field(default_factory=dict)
+    """The values of the metric keys that the claim's note and this scale's reason cite as
+    ``[[key]]`` (`replicate.citations`), from the outputs the verdict was measured on."""
 
 
 class MetricRef(Strict):
@@ -132,6 +135,22 @@ class Effect(Strict):
 
     step: Annotated[int, Field(gt=0)]
     source: str
+
+
+class Convergence(Strict):
+    """Where a claim about the end of training reads whether each seed's run was still
+    learning when it stopped: a metrics.json key with ``{seed}`` where the seed number goes,
+    1 for a seed whose test loss was still falling (`replicate.analysis.plateaus.
+    still_falling`), NaN where the curve cannot tell, else 0. A run still learning when it
+    stops has not tested the claim: its verdict is ``not-tested``, naming the seeds."""
+
+    pattern: str
+
+    @model_validator(mode="after")
+    def _one_seed(self) -> Convergence:
+        if self.pattern.count("{seed}") != 1 or "*" in self.pattern:
+            raise ValueError("converged.pattern needs exactly one '{seed}' and no '*'")
+        return self
 
 
 class SeedFilter(Strict):
@@ -211,6 +230,9 @@ class Claim(Strict):
     """Per-seed values of a multi-seed claim: per-seed verdicts and an interval over seeds."""
     effect: Effect | None = None
     """The step at which the paper shows the effect (None: the claim reads no such step)."""
+    converged: Convergence | None = None
+    """Where the run's seeds say whether they were still learning at the last step (None:
+    the claim does not read the end of training, or its runs are not checked for it)."""
     note: str | None = None
     """What a reader must know to trust the verdict (a mislabel in the paper, a variant)."""
     implied_by: str | None = None
@@ -351,6 +373,13 @@ def _read_paper(path: Path, paper: str, params: Params) -> list[Claim]:
             )
         if claim.effect is not None:
             _check_effect(claim, params, f"{path}: {label}")
+        untested = [s for s in SCALES if claim.expected[s].verdict == UNTESTED]  # type: ignore[index]
+        if untested and claim.effect is None and claim.converged is None:
+            raise ConfigError(
+                f"{path}: {label}: expected.{untested[0]}.verdict = {UNTESTED!r}, but nothing "
+                "can make the claim untested: give the paper's step (effect) or where the run "
+                "says it was still learning (converged)"
+            )
         claims.append(claim)
     return claims
 

@@ -38,12 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from replicate import io, report
+from replicate import citations, io, report
 from replicate.claim_files import (
     UNTESTED,
     Claim,
     ClaimSet,
     MetricRef,
+    Recording,
     SeedAggregate,
     load_claims,
     run_steps,
@@ -424,6 +425,33 @@ def _untested_note(claim: Claim, params: Params, scale: str) -> str:
     )
 
 
+def _still_learning(claim: Claim, metrics: dict[str, Any] | None) -> tuple[list[int], str]:
+    """The seeds whose run was still learning when it stopped (`Claim.converged`), and what
+    is wrong where the outputs do not say ('' else)."""
+    if claim.converged is None or metrics is None:
+        return [], ""
+    pattern = re.escape(claim.converged.pattern).replace(re.escape("{seed}"), r"(\d+)")
+    flags = {
+        int(match.group(1)): value
+        for key, value in metrics.items()
+        if (match := re.fullmatch(pattern, key))
+    }
+    if not flags:
+        return [], f"no key matches converged.pattern {claim.converged.pattern!r}"
+    return sorted(seed for seed, value in flags.items() if value != 0), ""
+
+
+def _learning_note(seeds: list[int], claim: Claim, scale: str) -> str:
+    """Why a claim whose run was still learning at its last step is ``not-tested``."""
+    assert claim.converged is not None
+    plural = "s" if len(seeds) > 1 else ""
+    return (
+        f"not tested at {scale} scale: seed{plural} {', '.join(map(str, seeds))} still "
+        f"learning at the last step, or too few evaluations to tell (the test loss over the "
+        f"end of the run: {claim.converged.pattern}); the measured value is shown, not judged"
+    )
+
+
 JUDGED = ("holds", "does-not-reproduce", "inconclusive")
 """The verdicts a run's evidence can give; a ``cpu_dependent`` claim turns them into
 inconclusive, while ``not-tested`` and ``missing`` stay what they are."""
@@ -435,6 +463,13 @@ def _cpu_note(spread: str, own: str) -> str:
         f"inconclusive on every machine: the verdict depends on the CPU ({spread}); this "
         f"machine's runs alone give {own}"
     )
+
+
+def _cited_text(text: str | None, recording: Recording | None) -> str | None:
+    """A claim's prose with the values it cites (`replicate.citations`) as recorded."""
+    if text is None:
+        return None
+    return citations.render(text, None if recording is None else recording.cited)
 
 
 def _untrained_note(claim: Claim) -> str:
@@ -451,6 +486,7 @@ def evaluate_claim(
     expectation = claim.expected[scale]  # type: ignore[index]
     recording = claimset.recording(claim, scale)
     other_scale = next(s for s in SCALES if s != scale)
+    other_recording = claimset.recording(claim, other_scale)
     other = claim.expected[other_scale]  # type: ignore[index]
     tolerance = getattr(claim.tolerance, scale)
     metrics_file = params.experiment(claim.experiment).directory / METRICS_FILE
@@ -497,6 +533,11 @@ def evaluate_claim(
     untested = not tested(claim, params, scale) and claim.metric in (metrics or {})
     if untested and not seed_note:
         verdict, note = UNTESTED, _untested_note(claim, params, scale)
+    learning, learning_note = _still_learning(claim, metrics)
+    if learning_note and verdict in JUDGED:
+        verdict, note = "missing", f"{metrics_file}: {learning_note}"
+    elif learning and verdict in JUDGED:
+        verdict, note = UNTESTED, _learning_note(learning, claim, scale)
     own = verdict
     control, control_measured = control_status(claim, claimset.controls, params)
     cpu_note = (claim.cpu_dependent or {}).get(scale)
@@ -517,7 +558,7 @@ def evaluate_claim(
         scale=scale,
         verdict=verdict,
         expected=expectation.verdict,
-        expected_reason=expectation.reason,
+        expected_reason=_cited_text(expectation.reason, recording),
         expected_basis=claimset.basis(claim, scale),
         matches_expectation=verdict == expectation.verdict,
         provenance=claim.provenance,
@@ -526,7 +567,7 @@ def evaluate_claim(
         note=" ".join(
             n
             for n in (
-                claim.note or "",
+                _cited_text(claim.note, recording) or "",
                 _untrained_note(claim),
                 note,
                 claimset.unbacked(claim, scale),
@@ -537,7 +578,11 @@ def evaluate_claim(
         expected_commit=None if recording is None else recording.commit,
         other_scale=other_scale,
         other_expected=other.verdict,
-        other_expected_reason=other.reason,
+        other_expected_reason=_cited_text(other.reason, claimset.recording(claim, other_scale)),
+        other_expected_recorded=other_recording is not None,
+        other_expected_basis=claimset.basis(claim, other_scale),
+        other_expected_measured=None if other_recording is None else other_recording.measured,
+        other_expected_commit=None if other_recording is None else other_recording.commit,
         seed_values=evidence.values,
         seed_verdicts=evidence.verdicts,
         interval=None if evidence.interval is None else list(evidence.interval),

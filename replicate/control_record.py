@@ -53,7 +53,16 @@ new)."""
 CHECKED = ("paper", "derived")
 """The provenances whose claims the check holds to their control (`control_problem`)."""
 DEFINITION_FIELDS = frozenset(
-    {"experiment", "metric", "comparison", "reference", "tolerance", "per_seed", "effect"}
+    {
+        "experiment",
+        "metric",
+        "comparison",
+        "reference",
+        "tolerance",
+        "per_seed",
+        "effect",
+        "converged",
+    }
 )
 """The fields of a claim that decide its verdict on given outputs."""
 

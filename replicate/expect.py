@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replicate import claims, io, verdicts
-from replicate.claim_files import Recording, load_claims, recorded_file, write_recorded
-from replicate.params import PROVENANCE_FILE, ConfigError, Params
+from replicate.citations import cited_keys
+from replicate.claim_files import Claim, Recording, load_claims, recorded_file, write_recorded
+from replicate.params import METRICS_FILE, PROVENANCE_FILE, ConfigError, Params
 from replicate.record import current_experiments
 from replicate.report import value_text
 from replicate.verdicts import ClaimRecord
@@ -102,6 +103,20 @@ def describe(record: ClaimRecord, device: str) -> str:
     return text
 
 
+def _cited(params: Params, claim: Claim, root: Path) -> tuple[dict[str, float | None], str]:
+    """The values of the metric keys the claim's note and this scale's reason cite
+    (`replicate.citations`), from its experiment's metrics.json, and what is wrong ('')."""
+    keys = cited_keys([claim.note, claim.expected[params.scale].reason])  # type: ignore[index]
+    if not keys:
+        return {}, ""
+    path = root / params.experiment(claim.experiment).directory / METRICS_FILE
+    metrics = io.read_json_object(path)
+    absent = [k for k in keys if k not in metrics]
+    if absent:
+        return {}, f"{claim.id}: its text cites {', '.join(absent)}, which {path} does not hold"
+    return {k: metrics[k] for k in keys}, ""
+
+
 def _problems(record: ClaimRecord) -> str:
     if record.verdict == "missing":
         return f"{record.id}: the verdict is missing ({record.note})"
@@ -141,7 +156,9 @@ def expect(
             f"missing, or made with other settings): run `snakemake {' '.join(stale)}` first"
         )
     records = {r.id: r for r in claims.evaluate(params, root, claimset)}
+    cited = {c.id: _cited(params, c, root) for c in chosen}
     problems = [p for p in (_problems(records[c.id]) for c in chosen) if p]
+    problems += [problem for _, problem in cited.values() if problem]
     if problems:
         raise RefusedRecording("nothing recorded:\n  " + "\n  ".join(problems))
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
@@ -154,6 +171,7 @@ def expect(
             measured=record.measured,
             commit=commit,
             date=today,
+            cited=cited[claim.id][0],
         )
     path = write_recorded(params.claims_dir, recorded)
     return Recorded([c.id for c in chosen], commit, written, path)

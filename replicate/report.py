@@ -1,22 +1,40 @@
-"""REPORT.md: the human view of results/claims.json, one section per paper."""
+"""REPORT.md, the human view of results/claims.json; and the two shorter views Snakemake
+gives of the same verdicts: the captions of `snakemake --report` (`caption_claims`) and the
+lines a `snakemake` run ends with (`console_summary`).
+
+REPORT.md opens with a summary (per paper and per figure or table, the verdicts of the
+papers' own results, the other claims counted apart), the list of the claims that do not
+reproduce or are inconclusive, and a contents list; then one section per experiment, in
+each paper's own order of its figures, tables, theorems and appendices (`figure_key`).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replicate import io
-from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
+from replicate.params import METRICS_FILE, PROVENANCE_FILE, ExperimentEntry, Params
 from replicate.verdicts import (
+    CLAIMS_FILE,
+    REPORT_FILE,
     SEED_BOOTSTRAP,
     SEED_RANGE,
     VERDICTS,
     ClaimRecord,
     counted,
+    load_records,
     unexpected,
 )
+
+if TYPE_CHECKING:
+    from replicate.claim_files import Claim
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -39,8 +57,115 @@ SHORT = {
     "not-tested": "·",
     "missing": "–",
 }
+COUNTED_AS = {
+    "holds": "hold",
+    "does-not-reproduce": "do not reproduce",
+    "inconclusive": "inconclusive",
+    "not-tested": "not tested",
+    "missing": "missing",
+}
+"""How a count of each verdict is worded ("3 hold", "1 do not reproduce")."""
+LISTED = ("does-not-reproduce", "inconclusive")
+"""The verdicts the list after the summary gives one line each (besides unexpected ones)."""
+REASON_CHARS = 200
+"""The longest reason that list shows whole; a longer one is cut at a word (its section's
+notes give it all)."""
+SHOWN_FAILURES = 10
+"""The most unexpected verdicts `console_summary` names; REPORT.md lists them all."""
+
+# ----------------------------------------------------------------------------- paper order
+FIGURE_KINDS = (
+    r"Figs?\.?|Figures?",
+    r"Tables?",
+    r"Sec\.|Sections?|§|Thms?\.?|Theorems?|Lemmas?|Props?\.?|Propositions?|Cor\.|"
+    r"Corollary|Defs?\.|Definitions?|Remarks?|Eqs?\.|Equations?",
+    r"App\.|Appendix",
+)
+"""What a claim's ``figure`` field can start with, in the order the report takes them: the
+figures, the tables, the main text's sections, theorems, lemmas, definitions, remarks and
+equations (by their number), and the appendices."""
+_FIGURE = re.compile(
+    r"\s*(?P<word>"
+    + "|".join(f"(?P<k{i}>{kind})" for i, kind in enumerate(FIGURE_KINDS))
+    + r")\s*\(?(?P<number>[A-Z](?:\.\d+)*|\d+(?:\.\d+)*)(?P<panel>[a-z])?(?![A-Za-z0-9])"
+)
+LETTERED = 10**6
+"""Added to an appendix letter's rank (A = 0), so that a lettered number (Table H.5,
+Lemma H.6) comes after every plain one (Table 4, Thm. 5)."""
 
 
+@dataclass(frozen=True)
+class FigureRef:
+    """Where a claim is in its paper, from its ``figure`` field (`parse_figure`)."""
+
+    kind: int
+    """The index of its kind in `FIGURE_KINDS`; ``len(FIGURE_KINDS)`` (last) when unread."""
+    number: tuple[int, ...]
+    """Its number, part by part ("4.2": (4, 2); an appendix letter: `LETTERED` + rank)."""
+    panel: int
+    """Its panel letter (Fig. 3b: 2), 0 for none."""
+    label: str
+    """The word and number as written, without the panel ("Fig. 3", "App. H.1"); the
+    whole field when unread."""
+
+
+def parse_figure(text: str) -> FigureRef:
+    """The first figure, table, theorem or appendix item that ``text`` names ("Fig. 3a,c",
+    "Table H.5", "Thm. 4.2", "App. D, Eq. (28)", "Sec. 5 / App. C.2")."""
+    match = _FIGURE.match(text)
+    if match is None:
+        return FigureRef(len(FIGURE_KINDS), (), 0, text.strip())
+    kind = next(i for i in range(len(FIGURE_KINDS)) if match[f"k{i}"])
+    number = tuple(
+        int(part) if part.isdigit() else LETTERED + ord(part) - ord("A")
+        for part in match["number"].split(".")
+    )
+    panel = ord(match["panel"]) - ord("a") + 1 if match["panel"] else 0
+    return FigureRef(kind, number, panel, f"{match['word']} {match['number']}")
+
+
+def figure_key(text: str) -> tuple[int, tuple[int, ...], int, str]:
+    """A sort key in a paper's own order: figures (Fig. 1, Fig. 2, ..., Figs. 17-19), then
+    tables, then the main text's numbered items, then the appendices (App. A.1, ..., App.
+    H.4); the field itself breaks ties ("Fig. 1" before "Fig. 1 (dashed lines)")."""
+    ref = parse_figure(text)
+    return ref.kind, ref.number, ref.panel, text
+
+
+@dataclass(frozen=True)
+class Section:
+    """One experiment's section of REPORT.md: its claims and where it sits in its paper."""
+
+    name: str
+    entry: ExperimentEntry
+    records: list[ClaimRecord]
+
+    @property
+    def figure(self) -> str:
+        """Its first claim's ``figure`` field (the claims files list each experiment's
+        claims from its main figure or table on), else its title."""
+        return self.records[0].figure if self.records else self.entry.title
+
+    @property
+    def label(self) -> str:
+        return parse_figure(self.figure).label
+
+
+def sections(records: list[ClaimRecord], params: Params) -> dict[str, list[Section]]:
+    """Per paper (those with experiments), its sections in the paper's order (`figure_key`
+    of `Section.figure`; experiments on one item keep params.yaml's order)."""
+    by_paper: dict[str, list[Section]] = {}
+    for name, entry in params.experiments.items():
+        recs = [r for r in records if r.experiment == name]
+        by_paper.setdefault(entry.paper, []).append(Section(name, entry, recs))
+    return {
+        paper: sorted(by_paper[paper], key=lambda s: figure_key(s.figure))
+        for paper in PAPER_TITLES
+        if paper in by_paper
+    }
+
+
+# ----------------------------------------------------------------------------- numbers
 def _fmt(value: object) -> str:
     """A number to 4 significant digits, — for None, any other JSON value as JSON."""
     if value is None:
@@ -62,10 +187,26 @@ def bounds(r: ClaimRecord) -> list[float]:
     }[r.comparison]
 
 
+def tolerance_places(tolerance: float) -> int | None:
+    """The decimal place of the tolerance's leading digit (0.0001: 4, 0.0005: 4, 0.02: 2,
+    3: 0, 20: -1); None for a zero tolerance, which fixes no place."""
+    if tolerance <= 0 or not math.isfinite(tolerance):
+        return None
+    return -math.floor(math.log10(tolerance))
+
+
+def _places(text: str) -> int:
+    """The digits after the decimal point of a printed number ("2.5e-05": 6, "1.2e+04": -3)."""
+    exponent = Decimal(text).as_tuple().exponent
+    assert isinstance(exponent, int)  # a finite number's
+    return -exponent
+
+
 def value_text(value: float | None, r: ClaimRecord) -> str:
     """``value`` to 4 significant digits, or as many more as it takes for the printed
-    number to lie on the same side of each of the claim's thresholds as the value itself
-    (issue 20: 0.94995 printed as 0.95 looked as if it met ``≥ 0.95``)."""
+    number to lie on the same side of each of the claim's thresholds as the value itself:
+    0.94995 printed as 0.95 would seem to meet ``≥ 0.95``, 0.19946 printed as 0.1995 to sit
+    on the bound of ``0.199 ± 0.0005``."""
     if value is None:
         return _fmt(value)
 
@@ -79,23 +220,41 @@ def value_text(value: float | None, r: ClaimRecord) -> str:
     return repr(value)
 
 
+def reference_text(reference: float | None, tolerance: float) -> str:
+    """A claim's reference to 4 significant digits, or more until it is printed exactly or
+    to a digit beyond the tolerance's leading one, so that the printed condition is the
+    one checked: -1.3897 ± 0.0001, not -1.39 ± 0.0001 (which -1.38967 would seem to miss)."""
+    if reference is None:
+        return _fmt(reference)
+    places = tolerance_places(tolerance)
+    for digits in range(4, 18):
+        text = f"{reference:.{digits}g}"
+        if float(text) == reference or (places is not None and _places(text) > places):
+            return text
+    return repr(reference)
+
+
 def _cell(text: str) -> str:
     """Table-safe text: a literal '|' would end the Markdown cell."""
     return text.replace("|", "\\|")
 
 
-def _condition(r: ClaimRecord) -> str:
+def condition(r: ClaimRecord) -> str:
+    """The claim's condition on its measured value, its reference printed by
+    `reference_text`."""
+    reference = reference_text(r.reference, r.tolerance)
     if r.comparison == "close":
-        return f"{_fmt(r.reference)} ± {r.tolerance:g}"
+        return f"{reference} ± {r.tolerance:g}"
     if r.reference is None or not r.tolerance:
-        return f"{SYMBOLS[r.comparison]} {_fmt(r.reference)}"
+        return f"{SYMBOLS[r.comparison]} {reference}"
     if r.reference == 0:
         bound = r.tolerance if r.comparison == "le" else -r.tolerance
         return f"{SYMBOLS[r.comparison]} {bound:g}"
     sign = "+" if r.comparison == "le" else "−"
-    return f"{SYMBOLS[r.comparison]} {_fmt(r.reference)} {sign} {r.tolerance:g}"
+    return f"{SYMBOLS[r.comparison]} {reference} {sign} {r.tolerance:g}"
 
 
+# ----------------------------------------------------------------------------- claim tables
 def _status(r: ClaimRecord) -> str:
     if not r.matches_expectation:
         return "❌ UNEXPECTED"
@@ -116,12 +275,31 @@ def _expected(r: ClaimRecord) -> str:
     detail = ", ".join(
         x
         for x in (
-            f"measured {_fmt(r.expected_measured)}" if r.expected_measured is not None else "",
+            f"measured {value_text(r.expected_measured, r)}"
+            if r.expected_measured is not None
+            else "",
             f"at `{r.expected_commit}`" if r.expected_commit else "",
         )
         if x
     )
     return f"{r.expected} ({detail})" if detail else r.expected
+
+
+_RECORDED_BASIS = re.compile(r"measured at \S+ scale on (?P<device>[^:]+): (?P<value>[^;]+)")
+"""How `replicate.expect.describe` begins a recording's basis: the device and the value."""
+
+
+def other_scale_text(r: ClaimRecord) -> str:
+    """What the other scale expects and whether that was measured there (the recording in
+    claims/recorded.json: value, device, commit) or assumed (its basis, in the notes)."""
+    head = f"{r.other_scale}: {r.other_expected}"
+    if not r.other_expected_recorded:
+        return f"{head}, assumed"
+    match = _RECORDED_BASIS.match(r.other_expected_basis)
+    value = match["value"] if match else _fmt(r.other_expected_measured)
+    device = f" on {match['device']}" if match else ""
+    commit = f" at `{r.other_expected_commit}`" if r.other_expected_commit else ""
+    return f"{head}, measured {value}{device}{commit}"
 
 
 INTERVAL_LABELS = {SEED_RANGE: "range", SEED_BOOTSTRAP: "95% bootstrap"}
@@ -150,16 +328,17 @@ def _claims_table(records: list[ClaimRecord]) -> list[str]:
     for r in records:
         lines.append(
             f"| `{r.id}` | {r.provenance} | {_cell(r.figure)} | {_cell(r.statement)} "
-            f"| {value_text(r.measured, r)} | {_condition(r)} | {_seeds(r)} "
+            f"| {value_text(r.measured, r)} | {condition(r)} | {_seeds(r)} "
             f"| **{r.verdict}** | {_control(r)} | {_cell(_expected(r))} "
-            f"| {r.other_scale}: {r.other_expected} "
+            f"| {_cell(other_scale_text(r))} "
             f"| {_status(r)} |"
         )
     return lines
 
 
 def _claim_notes(records: list[ClaimRecord]) -> list[str]:
-    """Below a table: notes, and every non-`holds` expectation's reason, at both scales."""
+    """Below a table: notes, every non-`holds` expectation's reason at both scales, and
+    what the other scale's expectations rest on where no run there is recorded."""
     lines = []
     for r in records:
         if r.implied_by:
@@ -182,9 +361,18 @@ def _claim_notes(records: list[ClaimRecord]) -> list[str]:
             )
         elif r.other_expected != r.expected:
             lines.append(f"\n- `{r.id}` is expected {r.other_expected} at {r.other_scale} scale.")
+    assumed: dict[str, list[str]] = {}
+    for r in records:
+        if not r.other_expected_recorded:
+            assumed.setdefault(r.other_expected_basis, []).append(f"`{r.id}`")
+    if assumed:
+        scale = records[0].other_scale
+        lines += ["", f"Assumed at {scale} scale (no run recorded there), on these grounds:", ""]
+        lines += [f"- {basis}: {', '.join(ids)}" for basis, ids in assumed.items()]
     return lines
 
 
+# ----------------------------------------------------------------------------- run tables
 def _run_class(value: object) -> str:
     """A run class's name (-1, 0, 1); a value that is no finite number as `_fmt` shows it."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
@@ -201,15 +389,37 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
 
 
+RUN_COLUMNS = ("class", "kappa", "final_loss")
+"""The per-run metrics the run table shows (``<run>/class``, ``.../kappa``, ...)."""
+
+
+def runs(metrics: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """Per run (a key ``<run>/class`` with ``/seed`` in it), its `RUN_COLUMNS` values; a run
+    that only re-files another under a group name is left out: its path holds every part
+    of the other's (``below/tied/p0.3_q0.3/seed0`` holds ``p0.3_q0.3/tied/seed0``) and each
+    of its values is the other's or absent."""
+    names = [k.removesuffix("/class") for k in metrics if k.endswith("/class") and "/seed" in k]
+    table = {run: tuple(metrics.get(f"{run}/{column}") for column in RUN_COLUMNS) for run in names}
+
+    def refiles(run: str, other: str) -> bool:
+        mine, theirs = set(run.split("/")), set(other.split("/"))
+        return theirs < mine and all(
+            v is None or v == w for v, w in zip(table[run], table[other], strict=True)
+        )
+
+    return {
+        run: values
+        for run, values in table.items()
+        if not any(refiles(run, other) for other in table if other != run)
+    }
+
+
 def _seed_table(metrics: dict[str, Any]) -> list[str]:
-    """Per-seed run classes (keys ``<chain>/<tying>/seed<s>/class`` and ``.../kappa``)."""
-    rows = []
-    for key, value in metrics.items():
-        if key.endswith("/class") and "/seed" in key:
-            run = key[: -len("/class")]
-            kappa = metrics.get(f"{run}/kappa")
-            loss = metrics.get(f"{run}/final_loss")
-            rows.append(f"| `{run}` | {_run_class(value)} | {_fmt(kappa)} | {_fmt(loss)} |")
+    """Per-seed run classes, κ and final test loss, one row per run (`runs`)."""
+    rows = [
+        f"| `{run}` | {_run_class(cls)} | {_fmt(kappa)} | {_fmt(loss)} |"
+        for run, (cls, kappa, loss) in runs(metrics).items()
+    ]
     if not rows:
         return []
     return [
@@ -227,10 +437,30 @@ def _compact(block: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in block.items() if not isinstance(v, (dict, list)))
 
 
-def _settings_line(provenance: dict) -> str:
+def training_length(settings: dict[str, Any]) -> str:
+    """The training length: ``training.steps`` iterations, or per order where the orders
+    scale it (``orders[].step_scale``: round(step_scale x steps), at least 1, as the models
+    of paper D, App. H.1 train at ci scale); '' without a training block."""
+    steps = settings.get("training", {}).get("steps")
+    if steps is None:
+        return ""
+    orders = [o for o in settings.get("orders", []) if isinstance(o, dict) and "step_scale" in o]
+    per_length: dict[int, list[str]] = {}
+    for order in orders:
+        length = max(1, round(order["step_scale"] * steps))
+        per_length.setdefault(length, []).append(str(order["order"]))
+    if len(per_length) <= 1:
+        return f"{next(iter(per_length), steps)} iterations"
+    (first, ks), *others = per_length.items()
+    rest = "; ".join(f"{length} for k = {' and '.join(k)}" for length, k in others)
+    return f"{first} iterations for k = {' and '.join(ks)} ({rest})"
+
+
+def settings_line(provenance: dict, upstream: str | None = None) -> str:
     """The settings that produced a section's verdicts, for any model family: the model
     block (GPT variant and activation, or a paper's own model options), the training
-    length, seeds, initial law and device."""
+    length (`training_length`), seeds, initial law and device; and the experiment whose
+    outputs it reads, if any."""
     settings = provenance.get("settings", {})
     model = settings.get("model") or settings.get("architecture") or {}
     training = settings.get("training", {})
@@ -239,26 +469,32 @@ def _settings_line(provenance: dict) -> str:
         "model variant " + " and ".join(f"`{v}`" for v in variants) if variants else "",
         f"model `{_compact(model)}`" if model else "",
         f"initial law `{settings.get('initial_law')}`" if "initial_law" in settings else "",
-        f"input length {training.get('seq_len')}, {training.get('steps')} iterations"
-        if training
-        else "",
+        f"input length {training.get('seq_len')}, {training_length(settings)}" if training else "",
         f"seeds {settings.get('seeds')}" if "seeds" in settings else "",
         f"device `{provenance.get('device')}`",
+        f"and the outputs of [`{upstream}`](#{upstream}) (its settings there)" if upstream else "",
     ]
     return "Settings behind these verdicts: " + ", ".join(p for p in parts if p) + "."
 
 
-def _tally(records: list[ClaimRecord]) -> str:
+# ----------------------------------------------------------------------------- tallies
+def tally(records: list[ClaimRecord]) -> dict[str, int]:
+    """Per verdict, how many facts (`verdicts.counted`: implied claims left out) have it."""
+    facts = counted(records)
+    return {v: sum(r.verdict == v for r in facts) for v in VERDICTS}
+
+
+def _tally_cells(records: list[ClaimRecord]) -> str:
     """Claims implied by another (not counted), then the facts and their verdicts, then
     the unexpected verdicts among all the claims (`verdicts.counted`)."""
     facts = counted(records)
-    counts = [sum(r.verdict == v for r in facts) for v in VERDICTS]
+    counts = tally(records).values()
     bad = len(unexpected(records))
     implied = len(records) - len(facts)
     return f"{implied or '—'} | {len(facts)} | " + " | ".join(map(str, counts)) + f" | {bad or '—'}"
 
 
-def _headline(records: list[ClaimRecord]) -> list[str]:
+def _provenance_tallies(records: list[ClaimRecord]) -> list[str]:
     """Counts per kind of claim (paper results apart from ours), then per paper and kind."""
     lines = [
         "| claims | implied (not counted) | count | hold | do not reproduce | inconclusive "
@@ -268,7 +504,7 @@ def _headline(records: list[ClaimRecord]) -> list[str]:
     for kind, label in PROVENANCE.items():
         recs = [r for r in records if r.provenance == kind]
         if recs:
-            lines.append(f"| {label} (`{kind}`) | {_tally(recs)} |")
+            lines.append(f"| {label} (`{kind}`) | {_tally_cells(recs)} |")
     lines += [
         "",
         "| paper | provenance | implied (not counted) | count | hold | do not reproduce "
@@ -279,25 +515,158 @@ def _headline(records: list[ClaimRecord]) -> list[str]:
         for kind in PROVENANCE:
             recs = [r for r in records if r.paper == paper and r.provenance == kind]
             if recs:
-                lines.append(f"| {title} | {kind} | {_tally(recs)} |")
+                lines.append(f"| {title} | {kind} | {_tally_cells(recs)} |")
     return lines
 
 
-def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
+def _summary_row(label: str, title: str, records: list[ClaimRecord], bold: bool) -> str:
+    """One row of the summary: the verdicts of the papers' own results, then how many of
+    the other claims (derived, proposal, settings) hold."""
+    counts = tally([r for r in records if r.provenance == "paper"])
+    others = counted([r for r in records if r.provenance != "paper"])
+    held = sum(r.verdict == "holds" for r in others)
+    cells = [str(n) for n in counts.values()]
+    if bold:
+        cells = [f"**{c}**" for c in cells]
+    other = f"{held} of {len(others)}" if others else "—"
+    return f"| {label} | {title} | " + " | ".join(cells) + f" | {other} |"
+
+
+def _summary(by_paper: dict[str, list[Section]]) -> list[str]:
+    lines = [
+        "The papers' own results (provenance `paper`), per paper and per figure or table, "
+        "each fact once (a claim implied by another is not counted). The last column counts "
+        "apart our derivations, proposals and consistency checks (`derived`, `proposal`, "
+        "`settings`): how many of them hold.",
+        "",
+        "| item | section | "
+        + " | ".join(f"{SHORT[v]} {words}" for v, words in COUNTED_AS.items())
+        + " | other checks hold |",
+        "|---|---|" + "---|" * len(COUNTED_AS) + "---|",
+    ]
+    for paper, paper_sections in by_paper.items():
+        letter, _, title = PAPER_TITLES[paper].partition(" — ")
+        recs = [r for s in paper_sections for r in s.records]
+        lines.append(_summary_row(f"**[{letter}](#{paper})**", f"**{title}**", recs, True))
+        for s in paper_sections:
+            lines.append(
+                _summary_row(
+                    f"[{_cell(s.label)}](#{s.name})", _cell(s.entry.title), s.records, False
+                )
+            )
+    return lines
+
+
+ABBREVIATIONS = ("App", "Sec", "Fig", "Figs", "Eq", "Eqs", "Thm", "Thms", "Prop", "Def", "cf", "vs")
+"""Words whose full stop ends no sentence ("App. D's structure")."""
+_SENTENCE_END = re.compile(
+    "".join(f"(?<!\\b{a}\\.)" for a in ABBREVIATIONS) + r"(?<=\.)\s+(?=[A-Z])"
+)
+
+
+def one_line(text: str) -> str:
+    """The first sentence of ``text`` (up to a full stop before a capital, not one after
+    an `ABBREVIATIONS` word), cut at a word when longer than `REASON_CHARS`."""
+    first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+    if len(first) <= REASON_CHARS:
+        return first
+    return first[:REASON_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def _reason(r: ClaimRecord) -> str:
+    """Why a listed claim has its verdict: its expectation's reason, else its note; for an
+    unexpected verdict, what was expected."""
+    why = one_line(r.expected_reason or r.note or "")
+    if r.matches_expectation:
+        return why
+    return f"**unexpected** (expected {r.expected})" + (f": {why}" if why else "")
+
+
+def _listed(by_paper: dict[str, list[Section]]) -> list[str]:
+    """The claims that do not reproduce or are inconclusive, and any verdict other than the
+    expected one: one line each with the measured value, the condition and the reason, in
+    the report's order."""
+    rows = []
+    for paper, paper_sections in by_paper.items():
+        letter = PAPER_TITLES[paper].partition(" — ")[0]
+        for s in paper_sections:
+            for r in s.records:
+                if r.verdict in LISTED or not r.matches_expectation:
+                    implied = f" (follows from `{r.implied_by}`)" if r.implied_by else ""
+                    rows.append(
+                        f"| `{r.id}`{implied} | [{letter}, {_cell(s.label)}](#{s.name}) "
+                        f"| {r.provenance} | **{r.verdict}** | {value_text(r.measured, r)} "
+                        f"| {condition(r)} | {_cell(_reason(r))} |"
+                    )
+    if not rows:
+        return ["None: every claim holds or is not tested at this scale."]
+    return [
+        "Every claim whose verdict is does-not-reproduce or inconclusive, and any verdict "
+        "other than the expected one, with the reason its expectation gives (in full in its "
+        "section's notes).",
+        "",
+        "| claim | section | provenance | verdict | measured | condition | reason |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+# ----------------------------------------------------------------------------- REPORT.md
+HOW_TO_READ = (
+    "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) with"
+    " a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict set "
+    "there from what was measured, with the value and commit recorded behind it "
+    "(`claims/recorded.json`); a mismatch fails the check. *Other scale expects* is the "
+    "expectation at the scale not run here: *measured* where a run there is recorded in "
+    "`claims/recorded.json` (its value, device and commit), else *assumed*, on the grounds "
+    "listed under the section's table. Measured values are printed with as many digits as "
+    "the comparison needs to be visibly right: on the correct side of each threshold, and one "
+    "digit beyond the tolerance's leading digit. A claim measured over several seeds"
+    " shows each seed's verdict (✓ holds, ✗ does not) and an interval of the measured value "
+    "over seeds: with fewer than 4 seeds the *range* of the seeds (a 95 % bootstrap over so "
+    "few seeds is that range anyway), with more a *95% bootstrap* interval. When the interval "
+    "straddles the tolerance the seeds disagree and the verdict is *inconclusive*, which is "
+    "never counted as holding or failing (the fix is more seeds or longer training, not a "
+    "moved tolerance). A claim about some runs only (the stuck ones, say) is measured over "
+    "those seeds; where no seed is one of them it has no subject at that scale and is "
+    "*inconclusive* too, with a note saying so. So is a claim on paper C's k-gram level calls "
+    "that holds under one reading of the calls within the test loss's standard error and fails"
+    " under another (the note names the seeds and the range). A claim whose run stops before "
+    "the step at which the paper shows its effect is *not-tested* at that scale, with the "
+    "measured value shown but not judged: it is no non-reproduction. A claim whose verdict the"
+    " stability check found to depend on the CPU (`python -m replicate stability`, "
+    "`claims/stability.json`) is *inconclusive* at that scale on every machine, with the "
+    "spread measured and this machine's own verdict in its note. Machine-readable: "
+    "`results/claims.json` (`interval_kind` says which interval, `own_verdict` what the run's "
+    "own evidence gives)."
+)
+CONTENTS = {
+    "summary": "Summary",
+    "listed": "Claims that do not reproduce or are inconclusive",
+    "how-to-read": "How to read this report",
+    "tallies": "Tallies by provenance",
+}
+"""The report's own parts (anchor: heading), before one part per paper."""
+
+
+def _heading(level: int, anchor: str, text: str) -> str:
+    """A heading with an explicit anchor, the target of the summary's and contents' links."""
+    return f'{"#" * level} <a id="{anchor}"></a>{text}'
+
+
+def _headline(records: list[ClaimRecord], params: Params) -> str:
     n_bad = len(unexpected(records))
     facts = counted(records)
-    paper_recs = [r for r in facts if r.provenance == "paper"]
-    counts = {v: sum(r.verdict == v for r in paper_recs) for v in VERDICTS}
-    lines = [
-        "# Replication report",
-        "",
-        f"Scale: **{params.scale}**. Of the papers' own results, {len(paper_recs)} claims: "
+    counts = tally([r for r in facts if r.provenance == "paper"])
+    n_paper = sum(counts.values())
+    return (
+        f"Scale: **{params.scale}**. Of the papers' own results, {n_paper} claims: "
         f"{counts['holds']} hold, {counts['does-not-reproduce']} do not reproduce, "
         f"{counts['inconclusive']} are inconclusive, {counts['not-tested']} not tested at this "
         f"scale (the run stops before the step where the paper shows the effect), "
         f"{counts['missing']} missing. "
-        f"{len(facts) - len(paper_recs)} further claims are our derivations, proposals and "
-        "settings checks (counted apart below). "
+        f"{len(facts) - n_paper} further claims are our derivations, proposals and "
+        "settings checks (counted apart). "
         f"{len(records) - len(facts)} more claims follow from another claim (`implied_by`): "
         "they are evaluated, shown and checked, but not counted, so that each fact counts "
         "once. "
@@ -305,57 +674,174 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
             "**All verdicts match their expectations.**"
             if n_bad == 0
             else f"**{n_bad} verdict(s) differ from the expected one.**"
-        ),
-        "",
-        "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) with"
-        " a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict set "
-        "there from what was measured, with the value and commit recorded behind it "
-        "(`claims/recorded.json`); a mismatch fails the check. A claim measured over several seeds"
-        " shows each seed's verdict (✓ holds, ✗ does not) and an interval of the measured value "
-        "over seeds: with fewer than 4 seeds the *range* of the seeds (a 95 % bootstrap over so "
-        "few seeds is that range anyway), with more a *95% bootstrap* interval. When the interval "
-        "straddles the tolerance the seeds disagree and the verdict is *inconclusive*, which is "
-        "never counted as holding or failing (the fix is more seeds or longer training, not a "
-        "moved tolerance). A claim about some runs only (the stuck ones, say) is measured over "
-        "those seeds; where no seed is one of them it has no subject at that scale and is "
-        "*inconclusive* too, with a note saying so. So is a claim on paper C's k-gram level calls "
-        "that holds under one reading of the calls within the test loss's standard error and fails"
-        " under another (the note names the seeds and the range). A claim whose run stops before "
-        "the step at which the paper shows its effect is *not-tested* at that scale, with the "
-        "measured value shown but not judged: it is no non-reproduction. A claim whose verdict the"
-        " stability check found to depend on the CPU (`python -m replicate stability`, "
-        "`claims/stability.json`) is *inconclusive* at that scale on every machine, with the "
-        "spread measured and this machine's own verdict in its note. Machine-readable: "
-        "`results/claims.json` (`interval_kind` says which interval, `own_verdict` what the run's "
-        "own evidence gives).",
-        "",
-        *_headline(records),
+        )
+    )
+
+
+def _section(s: Section, params: Params, root: Path) -> list[str]:
+    """One experiment's section: heading, figures, outputs, settings, claims, notes, runs."""
+    name, entry = s.name, s.entry
+    title = entry.title if entry.title.startswith(s.label) else f"{s.label} · {entry.title}"
+    lines = ["", _heading(3, name, f"{title} (`{name}`, {entry.source})"), ""]
+    for output in entry.outputs:
+        image = entry.directory / output
+        if output.endswith(".png") and (root / image).exists():
+            lines += [f"![{name}: {output}]({image.relative_to('results')})", ""]
+    links = [
+        f"[{o}]({(entry.directory / o).relative_to('results')})"
+        for o in entry.outputs
+        if o.endswith((".md", ".csv", ".pdf"))
     ]
-    for paper, title in PAPER_TITLES.items():
-        experiments = {n: e for n, e in params.experiments.items() if e.paper == paper}
-        if not experiments:
-            continue
-        lines += ["", f"## {title}"]
-        for name, entry in experiments.items():
-            recs = [r for r in records if r.experiment == name]
-            lines += ["", f"### {entry.title} (`{name}`, {entry.source})", ""]
-            directory = root / entry.directory
-            figure = entry.directory / "figure.png"
-            if (root / figure).exists():
-                lines += [f"![{name}]({figure.relative_to('results')})", ""]
-            links = [
-                f"[{o}]({(entry.directory / o).relative_to('results')})"
-                for o in entry.outputs
-                if o.endswith((".md", ".csv", ".pdf"))
-            ]
-            if links:
-                lines += ["Outputs: " + ", ".join(links) + ".", ""]
-            provenance = _read(directory / PROVENANCE_FILE)
-            if provenance is not None:
-                lines += [_settings_line(provenance), ""]
-            lines += _claims_table(recs)
-            lines += _claim_notes(recs)
-            metrics = _read(directory / METRICS_FILE)
-            if metrics is not None:
-                lines += _seed_table(metrics)
+    if links:
+        lines += ["Outputs: " + ", ".join(links) + ".", ""]
+    provenance = _read(root / entry.directory / PROVENANCE_FILE)
+    if provenance is not None:
+        lines += [settings_line(provenance, params.upstream_of(name)), ""]
+    lines += _claims_table(s.records)
+    lines += _claim_notes(s.records)
+    metrics = _read(root / entry.directory / METRICS_FILE)
+    if metrics is not None:
+        lines += _seed_table(metrics)
+    return lines
+
+
+def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
+    by_paper = sections(records, params)
+    contents = [f"- [{text}](#{anchor})" for anchor, text in CONTENTS.items()]
+    contents += [f"- [{PAPER_TITLES[paper]}](#{paper})" for paper in by_paper]
+    lines = [
+        "# Replication report",
+        "",
+        _headline(records, params),
+        "",
+        "Contents:",
+        "",
+        *contents,
+        "",
+        _heading(2, "summary", CONTENTS["summary"]),
+        "",
+        *_summary(by_paper),
+        "",
+        _heading(2, "listed", CONTENTS["listed"]),
+        "",
+        *_listed(by_paper),
+        "",
+        _heading(2, "how-to-read", CONTENTS["how-to-read"]),
+        "",
+        HOW_TO_READ,
+        "",
+        _heading(2, "tallies", CONTENTS["tallies"]),
+        "",
+        *_provenance_tallies(records),
+    ]
+    for paper, paper_sections in by_paper.items():
+        lines += ["", _heading(2, paper, PAPER_TITLES[paper])]
+        for s in paper_sections:
+            lines += _section(s, params, root)
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- Snakemake
+_RST_SPECIAL = re.compile(r"([\\`*_|])")
+
+
+def rst_text(text: str) -> str:
+    """``text`` as reStructuredText shows it literally: unescaped, ``|e|`` is read as a
+    substitution reference and ``*``, ``_`` and backquotes as inline markup."""
+    return _RST_SPECIAL.sub(r"\\\1", text)
+
+
+def measured_text(r: ClaimRecord | None) -> str:
+    """A claim's measured verdict, value and condition, for a caption; what says that it
+    has not been evaluated yet when there is no record."""
+    if r is None:
+        return "not evaluated yet (`snakemake claims` evaluates every claim)"
+    text = f"{r.verdict} (measured {value_text(r.measured, r)}; condition {condition(r)})"
+    return text if r.matches_expectation else f"{text}, UNEXPECTED"
+
+
+def captions(
+    params: Params, claims: Iterable[Claim], records: list[ClaimRecord]
+) -> dict[str, dict[str, Any]]:
+    """Per experiment, what its caption in `snakemake --report` shows (report/experiment.rst):
+    its title and source, and its claims: id, source, statement, the verdict expected at the
+    scale of ``params`` and the one measured (from ``records``, the stored claims.json; a
+    record of another scale is not used). Every text is escaped for reStructuredText
+    (`rst_text`)."""
+    scale = params.scale
+    measured = {r.id: r for r in records if r.scale == scale}
+    shown: dict[str, dict[str, Any]] = {
+        name: {"title": rst_text(entry.title), "source": rst_text(entry.source), "claims": []}
+        for name, entry in params.experiments.items()
+    }
+    for claim in claims:
+        if claim.experiment in shown:
+            shown[claim.experiment]["claims"].append(
+                {
+                    "id": claim.id,
+                    "source": rst_text(claim.source),
+                    "statement": rst_text(claim.statement),
+                    "expected": claim.expected[scale].verdict,  # type: ignore[index]
+                    "measured": rst_text(measured_text(measured.get(claim.id))),
+                }
+            )
+    return shown
+
+
+def verdict_lines(records: list[ClaimRecord]) -> list[str]:
+    """How many verdicts are as expected, and the verdicts of the papers' own results."""
+    bad = unexpected(records)
+    counts = tally([r for r in records if r.provenance == "paper"])
+    return [
+        f"claims: {len(records) - len(bad)} of {len(records)} verdicts as expected",
+        f"papers' own results ({sum(counts.values())} claims): "
+        + ", ".join(f"{n} {COUNTED_AS[v]}" for v, n in counts.items() if n),
+    ]
+
+
+def claims_caption(records: list[ClaimRecord], problem: str) -> str:
+    """The measured verdicts in a sentence, for the caption of claims.json and REPORT.md in
+    `snakemake --report` (report/claims.rst), escaped for reStructuredText."""
+    return rst_text(problem or "; ".join(verdict_lines(records)) + ".")
+
+
+def stored_records(root: Path = Path(".")) -> tuple[list[ClaimRecord], str]:
+    """The records of claims.json, or none and why (absent, malformed)."""
+    try:
+        return load_records(root), ""
+    except FileNotFoundError:
+        return [], f"{CLAIMS_FILE} is not written yet: `snakemake claims` evaluates every claim"
+    except io.MalformedFile as exc:
+        return [], f"{exc}; `snakemake claims` rewrites it"
+
+
+def console_summary(root: Path = Path("."), inputs: Iterable[Path] = ()) -> list[str]:
+    """The lines a `snakemake` run ends with (the Snakefile's ``onsuccess`` and
+    ``onerror``): the claims check's count over claims.json, its unexpected verdicts (at most
+    `SHOWN_FAILURES`), the papers' own results, and where REPORT.md is. ``inputs``: the
+    files the claims are evaluated from; when one is newer than claims.json, a line says
+    that the verdicts predate it."""
+    records, problem = stored_records(root)
+    if problem:
+        return [f"claims: {problem}"]
+    bad = unexpected(records)
+    first, papers = verdict_lines(records)
+    lines = [first]
+    written = (root / CLAIMS_FILE).stat().st_mtime
+    if any(p.exists() and p.stat().st_mtime > written for p in (root / p for p in inputs)):
+        lines.append(
+            f"  (as {CLAIMS_FILE} last recorded them: outputs or claims changed since; "
+            "`snakemake claims` evaluates them again)"
+        )
+    for r in bad[:SHOWN_FAILURES]:
+        if not r.matches_expectation:
+            lines.append(f"  UNEXPECTED {r.id}: {r.verdict}, expected {r.expected}")
+        if r.control_problem:
+            lines.append(f"  CANNOT FAIL {r.id}: {r.control_problem}")
+        if r.stability_problem:
+            lines.append(f"  STALE MARK {r.id}: {r.stability_problem}")
+    if len(bad) > SHOWN_FAILURES:
+        lines.append(f"  ... and {len(bad) - SHOWN_FAILURES} more (all in {REPORT_FILE})")
+    lines.append(papers)
+    lines.append(f"report: {(root / REPORT_FILE).resolve()}")
+    return lines

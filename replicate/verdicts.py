@@ -52,6 +52,14 @@ class ClaimRecord:
     other_scale: str = ""
     other_expected: str = ""
     other_expected_reason: str | None = None
+    other_expected_recorded: bool = False
+    """Whether the other scale's expectation rests on a run recorded there
+    (claims/recorded.json), not on a basis written by hand."""
+    other_expected_basis: str = ""
+    """What the other scale's expectation rests on: the recording's basis (how it was
+    measured, the device and the value), else the hand-written basis."""
+    other_expected_measured: float | None = None
+    other_expected_commit: str | None = None
     seed_values: dict[str, float] = field(default_factory=dict)
     seed_verdicts: dict[str, str] = field(default_factory=dict)
     interval: list[float] | None = None

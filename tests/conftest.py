@@ -329,17 +329,23 @@ def session_folder(
     return folder
 
 
+LAYOUT_PROBLEMS = "layout_problems.json"
+"""In the tiny run's folder: per experiment, its figures' layout problems
+(`RunContext.layout_problems`)."""
+
+
 def _run_every_experiment(root: Path) -> None:
     from replicate.config import load_params
-    from replicate.experiments.runner import run_experiment
+    from replicate.experiments.runner import run_in_context
 
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(shrink(read_yaml_file(PARAMS_FILE))))
     params = load_params(path, scale="ci")
-    metrics = {
-        name: run_experiment(name, params, root, progress=False) for name in params.experiments
-    }
+    runs = {name: run_in_context(name, params, root, progress=False) for name in params.experiments}
+    metrics = {name: m for name, (m, _) in runs.items()}
     (root / "metrics.pickle").write_bytes(pickle.dumps(metrics))
+    layout = {name: ctx.layout_problems for name, (_, ctx) in runs.items()}
+    (root / LAYOUT_PROBLEMS).write_text(json.dumps(layout, indent=1))
 
 
 def tiny_run_of_every_experiment(factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:

@@ -333,6 +333,40 @@ def test_an_effect_must_agree_with_the_expected_verdict(tmp_path: Path, params_d
         claims.evaluate(params, tmp_path)
 
 
+def test_a_run_still_learning_at_its_end_has_not_tested_the_claim(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """A claim about the end of training (``converged``) read on a run whose seed was still
+    learning at its last step is `not-tested`, naming the seed; with every seed settled it is
+    judged; a run whose outputs do not say is a fault (`missing`); and a `not-tested`
+    expectation needs an effect or a convergence flag that could make it so."""
+    from replicate.params import ConfigError
+
+    flag = "p0.5_q0.8/tied/seed{seed}/still_falling"
+    expected = {"paper": {"verdict": "holds"}, "ci": {"verdict": "not-tested"}}
+    params = _seed_params(
+        tmp_path, params_dict, {"converged": {"pattern": flag}, "expected": expected}
+    )
+    flags = {flag.format(seed=s): float(s == 2) for s in range(3)}
+    _write_outputs(tmp_path, {**_stuck(1.0), **flags})
+    (r,) = claims.evaluate(params, tmp_path)
+    assert (r.verdict, r.point_verdict, r.matches_expectation) == ("not-tested", "holds", True)
+    assert "seed 2 still learning at the last step" in r.note
+    expected["ci"] = {"verdict": "holds"}
+    params = _seed_params(
+        tmp_path, params_dict, {"converged": {"pattern": flag}, "expected": expected}
+    )
+    _write_outputs(tmp_path, {**_stuck(1.0), **{k: 0.0 for k in flags}})
+    assert claims.evaluate(params, tmp_path)[0].verdict == "holds"
+    _write_outputs(tmp_path, _stuck(1.0))  # no convergence flags written
+    (r,) = claims.evaluate(params, tmp_path)
+    assert r.verdict == "missing" and "no key matches converged.pattern" in r.note
+    expected["ci"] = {"verdict": "not-tested"}
+    params = _seed_params(tmp_path, params_dict, {"expected": expected})
+    with pytest.raises(ConfigError, match="nothing can make the claim untested"):
+        claims.evaluate(params, tmp_path)
+
+
 # ---------------------------------------------------------------------- cpu_dependent
 def _stability_record(folder: Path, ids: list[str], scale: str = "ci") -> None:
     """A stability record as `python -m replicate stability` writes it, whose one

@@ -92,10 +92,15 @@ def test_claims_evaluate_on_tiny_run(tiny_run) -> None:
     # no plateau in 30 iterations (EMPTY_TABLES): the plateau's level is an outcome, not a fault
     level = records["C-F3c-plateau-level"]
     assert level.verdict == "inconclusive" and "no subject" in level.note, level.note
-    # a claim whose effect comes after the run's last step is not tested, NaN metric or not
+    # a claim whose effect comes after the run's last step is not tested, NaN metric or not;
+    # nor is one about the end of training whose runs have too few evaluations to tell
+    # whether they were still learning (`converged`: a flag of NaN)
     untested = {i for i, r in records.items() if r.verdict == "not-tested"}
-    with_effect = {c.id for c in load_claims(params).claims if c.effect is not None}
-    assert untested == with_effect and "C-F7b-gradient-spike" in untested
+    claimed = load_claims(params).claims
+    with_effect = {c.id for c in claimed if c.effect is not None}
+    converging = {c.id for c in claimed if c.converged is not None}
+    assert untested == with_effect | converging and "C-F7b-gradient-spike" in untested
+    assert all("too few evaluations to tell" in records[i].note for i in converging)
     # training-free, exact checks cannot depend on the training length
     for claim_id in ("A-T1-kernel", "A-T2-stationary", "A-L1-identity", "B1-energy", "B5-rate"):
         assert records[claim_id].verdict == "holds", claim_id

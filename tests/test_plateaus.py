@@ -10,6 +10,7 @@ from replicate.analysis import (
     detect_plateaus,
     level_calls,
     running_median,
+    still_falling,
     transitions,
 )
 
@@ -213,3 +214,18 @@ def test_local_scale_adds_no_plateau_to_a_steady_descent(seed: int) -> None:
     assert [round(p.level, 2) for p in detect_plateaus(STEPS, converged, local_scale=True)] == [1.4]
     flat = detect_plateaus(STEPS, np.full(STEPS.shape, 1.7), local_scale=True)
     assert [(p.t0, p.t1) for p in flat] == [(0.0, 3000.0)]
+
+
+def test_still_falling_needs_a_significant_and_sizeable_drop() -> None:
+    """`still_falling`: a steady fall over the run's last third is learning; noise about a
+    level, a rise, or a fall smaller than ``min_drop`` is not; too few evaluations cannot
+    tell."""
+    steps = np.arange(0, 6001, 300)
+    noise = 0.001 * np.tile([1.0, -1.0, 0.5, -0.5], 6)[: len(steps)]
+    level = 0.63 + noise
+    falling = level + 0.03 * (1 - steps / 6000)  # 0.009 nats over the last evaluations
+    assert still_falling(steps, falling, 1 / 3, 3.0, 0.005)
+    assert not still_falling(steps, falling, 1 / 3, 3.0, 0.02)  # too small to matter
+    assert not still_falling(steps, level, 1 / 3, 3.0, 0.0)
+    assert not still_falling(steps, level[::-1] + 1e-6 * steps, 1 / 3, 3.0, 0.0)
+    assert still_falling(steps[:5], level[:5], 0.25, 3.0, 0.0) is None  # cannot tell

@@ -30,6 +30,7 @@ from replicate.analysis.plateaus import (
     detect_plateaus,
     level_calls,
     running_median,
+    still_falling,
     transitions,
 )
 from replicate.analysis.runs import (
@@ -77,5 +78,6 @@ __all__ = [
     "shift_match",
     "soft_cross_entropy",
     "stay_probability",
+    "still_falling",
     "transitions",
 ]

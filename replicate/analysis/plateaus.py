@@ -239,3 +239,31 @@ def level_calls(
         if lo < x < hi:
             points += [np.nextafter(x, -np.inf), x, np.nextafter(x, np.inf)]
     return {assign_level(x, b, **band) for x in points}
+
+
+def still_falling(
+    steps: Sequence[float] | np.ndarray,
+    losses: Sequence[float] | np.ndarray,
+    fraction: float,
+    z: float,
+    min_drop: float,
+) -> bool | None:
+    """Whether a run is still learning when it stops: over the evaluations in the last
+    ``fraction`` of its steps, the least-squares slope of the test loss is below zero by
+    more than ``z`` of its standard errors (from the residuals about the line, so that the
+    evaluation noise of a fixed test set sets the scale), and the line falls by at least
+    ``min_drop`` (nats) across the window (a schedule's last, tiny gains are not learning
+    that could change a verdict). A claim about the end of training read on such a run has
+    not tested it (the paper trains to convergence, e.g. paper D, App. H: 30,000 steps).
+    None where fewer than 4 evaluations fall in the window: the curve cannot tell."""
+    t = np.asarray(steps, dtype=np.float64)
+    y = np.asarray(losses, dtype=np.float64)
+    window = t >= t[-1] - fraction * (t[-1] - t[0])
+    t, y = t[window], y[window]
+    if len(t) < 4:
+        return None
+    centred = t - t.mean()
+    slope = float((centred * (y - y.mean())).sum() / (centred**2).sum())
+    residuals = y - y.mean() - slope * centred
+    error = float(np.sqrt((residuals**2).sum() / (len(t) - 2) / (centred**2).sum()))
+    return slope < -z * error and -slope * float(t[-1] - t[0]) >= min_drop

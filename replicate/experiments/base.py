@@ -32,6 +32,9 @@ class RunContext:
     progress: bool = True
     written: list[str] = field(default_factory=list)
     read: set[str] = field(default_factory=set)
+    layout_problems: list[str] = field(default_factory=list)
+    """Text collisions of the saved figures, "stem: problem" (`plotting.layout_problems`);
+    recorded for the tests and the log, they never fail a run."""
 
     @property
     def classification(self) -> Classification:
@@ -46,9 +49,13 @@ class RunContext:
         return self.shared
 
     def save_figure(self, fig: Figure, stem: str = "figure") -> None:
-        """Write ``stem``.png and ``stem``.pdf, then release the figure."""
+        """Check the figure's layout (into `layout_problems`), write ``stem``.png and
+        ``stem``.pdf, then release the figure."""
         import matplotlib.pyplot as plt
 
+        from replicate.plotting import layout_problems
+
+        self.layout_problems += [f"{stem}: {problem}" for problem in layout_problems(fig)]
         for suffix in (".png", ".pdf"):
             io.save_figure(fig, self.out_dir / f"{stem}{suffix}")
             self.written.append(f"{stem}{suffix}")

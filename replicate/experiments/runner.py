@@ -60,7 +60,14 @@ def run_experiment(
     name: str, params: Params, root: Path = Path("."), progress: bool = True
 ) -> Metrics:
     """Run experiment ``name`` at the params' scale; write its outputs under ``root``."""
+    return run_in_context(name, params, root, progress)[0]
 
+
+def run_in_context(
+    name: str, params: Params, root: Path = Path("."), progress: bool = True
+) -> tuple[Metrics, RunContext]:
+    """`run_experiment`, also returning the run's context: what it wrote and read, and the
+    layout problems of its figures (`RunContext.layout_problems`, also printed)."""
     entry = params.experiment(name)
     settings = params.settings(name)
     runtime = params.raw.runtime
@@ -92,7 +99,9 @@ def run_experiment(
     io.write_json(ctx.out_dir / METRICS_FILE, metrics)
     io.write_json(ctx.out_dir / PROVENANCE_FILE, provenance(name, params))
     shutil.rmtree(checkpoints, ignore_errors=True)  # the outputs are complete
+    for problem in ctx.layout_problems:
+        print(f"{name}: figure layout: {problem}", file=sys.stderr)
     # For the person at the terminal (and the rule's log); Snakemake's benchmark file is
     # the record.
     print(f"{name}: done in {elapsed:.1f} s ({params.scale} scale)", file=sys.stderr)
-    return metrics
+    return metrics, ctx

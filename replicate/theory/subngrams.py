@@ -11,6 +11,9 @@
 * `lagset_conditional` is the stationary conditional of the next token given any lag set
   (Lemma H.5, App. H.2), the limit of the k-gram estimator (Lemma H.6).
 * `lemma31_surrogate` has Lemma 3.1's form of the cross-entropy gradient as its gradient.
+* `enumerate_chain` and `table_gradient`: every sequence of a small chain with its
+  probability, and the exact population gradient of a model that reads a subset of the
+  tokens (Prop. 3.2, Remark C.2).
 * `GeneralConstruction` is theta_*^k on App. F.1's general architecture (Eqs. (32)-(35):
   block embeddings, summed heads with a skip connection, a value matrix V2 in layer 2 and
   the MLP m(x) = log(|x| + eps) before the softmax), with V2 as its parameter.
@@ -26,7 +29,7 @@ from torch import nn
 
 from lightning_modules.disentangled import EnsembleDisentangled
 from replicate.analysis.kgram import kgram_counts, paper_c_kgram_lags
-from replicate.markov.incontext import lifted_stationary
+from replicate.markov.incontext import context_indices, lifted_stationary
 
 
 @torch.no_grad()
@@ -267,3 +270,45 @@ class GeneralConstruction(nn.Module):
         logits_in = torch.einsum("esw,ebw->ebs", self.V2, self.stream(tokens))
         unnormalised = logits_in.abs() + self.log_eps  # exp(m(x)), m(x) = log(|x| + eps)
         return unnormalised / unnormalised.sum(-1, keepdim=True)
+
+
+def enumerate_chain(kernels: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every sequence of ``length`` tokens of each stationary-start chain, by brute force.
+
+    Returns tokens (N, L), N = S**L, and their probabilities (K, N) under each of the K
+    kernels (K, S**m, S) of order m <= L: p_tau(x^L) = pi(x_1..x_m) prod_t P(x_t | window),
+    with pi the stationary law of a window (paper C, App. H.1). The law of the next token
+    given the whole sequence is then ``kernels[:, context_indices(tokens)[:, -1]]``.
+    """
+    kernels = kernels.to(torch.float64)
+    rows, states = kernels.shape[1:]
+    order = round(math.log(rows) / math.log(states))
+    if not 1 <= order <= length:
+        raise ValueError(f"need 1 <= order <= length, got order {order}, length {length}")
+    tokens = torch.tensor(list(itertools.product(range(states), repeat=length)))
+    windows = context_indices(tokens, order, states)  # (N, L - m + 1)
+    start = lifted_stationary(kernels)[:, windows[:, 0]]  # (K, N)
+    steps = kernels[:, windows[:, :-1], tokens[:, order:]].prod(-1)  # (K, N)
+    return tokens, start * steps
+
+
+def table_gradient(
+    table: torch.Tensor,
+    keys: torch.Tensor,
+    probs: torch.Tensor,
+    target: torch.Tensor,
+) -> tuple[torch.Tensor, float]:
+    """The population cross-entropy of a softmax table model and its gradient.
+
+    The model p_theta(x^L) = softmax(table[k, keys[n]]) for task k reads the tokens that
+    ``keys`` (N,) index and nothing else: its score is a function of the task and those
+    tokens, the hypothesis of paper C's Prop. 3.2 (a suffix) and Remark C.2 (any subset).
+    Loss -E_k sum_n probs[k, n] <target[k, n], log p_theta>, ``table`` (K, rows, S),
+    ``probs`` (K, N), ``target`` (K, N, S) the next-token law the loss is taken against.
+    Returns (gradient with respect to ``table``, loss).
+    """
+    table = table.detach().clone().requires_grad_(True)
+    log_p = table[:, keys].log_softmax(-1)  # (K, N, S)
+    loss = -(probs.unsqueeze(-1) * target * log_p).sum((-1, -2)).mean()
+    (gradient,) = torch.autograd.grad(loss, table)
+    return gradient, float(loss.detach())

@@ -19,15 +19,18 @@ from lightning_modules.measures import member_gradients, population_grad_norm
 from replicate.analysis import kgram_estimate, paper_c_kgram_lags
 from replicate.experiments.subngrams.common import DataSettings, expand, fixed_set, history_losses
 from replicate.experiments.subngrams.fig2 import constructions
+from replicate.experiments.subngrams.prop32 import Prop32Settings, lag_set_row
 from replicate.markov import context_indices, draw_kernels, lifted_stationary
 from replicate.theory.subngrams import (
     GeneralConstruction,
     construction_limit,
+    enumerate_chain,
     lagset_conditional,
     lagset_construction_limit,
     lemma31_surrogate,
     set_all_heads_bigram,
     set_lagset_construction,
+    table_gradient,
 )
 
 EXAMPLE = [2, 0, 1, 2, 0, 2, 1, 1, 0, 2]  # spec C §3.3 (Fig. 2), S = 3, H = 2, c = 30
@@ -108,11 +111,22 @@ def _enumerate_chain(states: int, order: int, length: int, seed: int):
     """Every sequence of a stationary-start chain (App. H.1) with its probability and the
     law of the next token: kernel (S**m, S), tokens (N, L), probs (N,), next laws (N, S)."""
     kernel = draw_kernels(states, order, 0.5, 1, torch.Generator().manual_seed(seed))[0]
+    tokens, probs = enumerate_chain(kernel[None], length)
+    return kernel, tokens, probs[0], kernel[context_indices(tokens, order, states)[:, -1]]
+
+
+def test_enumerate_chain_by_hand() -> None:
+    """`enumerate_chain` against the chain rule written out token by token: a law on S**L
+    sequences whose first window has the stationary law and whose steps follow the kernel."""
+    kernel = draw_kernels(2, 2, 0.5, 1, torch.Generator().manual_seed(5))[0].double()
     pi = lifted_stationary(kernel[None])[0]
-    tokens = torch.tensor(list(itertools.product(range(states), repeat=length)))
-    ctx = context_indices(tokens, order, states)  # window index at every start
-    probs = pi[ctx[:, 0]] * kernel[ctx[:, :-1], tokens[:, order:]].prod(-1)
-    return kernel, tokens, probs, kernel[ctx[:, -1]]
+    tokens, probs = enumerate_chain(kernel[None], 5)
+    assert probs.sum().item() == pytest.approx(1.0, abs=1e-14)
+    for x, p in zip(tokens.tolist(), probs[0].tolist(), strict=True):
+        by_hand = pi[2 * x[0] + x[1]].item()
+        for t in range(2, 5):
+            by_hand *= kernel[2 * x[t - 2] + x[t - 1], x[t]].item()
+        assert p == pytest.approx(by_hand, rel=1e-13)
 
 
 @pytest.mark.parametrize(
@@ -132,31 +146,49 @@ def test_lagset_conditional_brute_force(order: int, lags: tuple[int, ...]) -> No
     assert closed.sub(law).abs().max() > 1e-3 or lags == tuple(range(1, order + 1))
 
 
+def test_table_gradient_is_lemma31() -> None:
+    """`table_gradient` against Lemma 3.1's closed form for a softmax table: the gradient of
+    row r is E_k sum_{x: key(x) = r} p_tau(x) (p_theta(x) - y(x)) (paper C, Sec. 3)."""
+    generator = torch.Generator().manual_seed(3)
+    kernels = draw_kernels(2, 2, 0.5, 3, generator)
+    tokens, probs = enumerate_chain(kernels, 5)
+    keys = tokens[:, -1] * 2 + tokens[:, -3]  # lags 1 and 3
+    table = torch.randn(3, 4, 2, dtype=torch.float64, generator=generator)
+    target = torch.rand(3, len(tokens), 2, dtype=torch.float64, generator=generator)
+    gradient, loss = table_gradient(table, keys, probs, target)
+    residual = probs[..., None] * (
+        table[:, keys].softmax(-1) * target.sum(-1, keepdim=True) - target
+    )
+    closed = torch.zeros_like(table).index_add_(1, keys, residual) / 3
+    torch.testing.assert_close(gradient, closed, rtol=1e-12, atol=1e-15)
+    assert loss > 0
+
+
 @pytest.mark.parametrize("lags", [(1,), (1, 2), (2,), (1, 3)])
-def test_proposition32_suffix_score(lags: tuple[int, ...]) -> None:
-    """Prop. 3.2 (contiguous suffix) and Remark C.2 (any lag set), exactly: for a model whose
-    score depends on the tokens at ``lags`` only (a softmax table), the population gradient
-    with the full next-token law equals the one with p_tau(. | lags); at the table of
-    log p_tau(. | lags) it vanishes although the loss stays above the n-gram optimum."""
-    order = max(3, max(lags))
-    kernel, tokens, probs, law = _enumerate_chain(2, order, 7, seed=11)
-    index = sum(tokens[:, -h] * 2**i for i, h in enumerate(lags))
-    target = lagset_conditional(kernel.expand(len(tokens), -1, -1), tokens, lags)
+def test_proposition32_and_remark_c2(lags: tuple[int, ...]) -> None:
+    """Prop. 3.2 (contiguous suffix) and Remark C.2 (any lag set), exactly, through the
+    experiment's own row: the two gradients agree, theta_* is stationary above the Bayes
+    loss, and a table reading one more lag breaks the identity (the check can fail)."""
+    generator = torch.Generator().manual_seed(11)
+    kernels = draw_kernels(2, 3, 0.5, 4, generator)
+    row = lag_set_row(kernels, 6, lags, generator)
+    assert row["identity_error"] < 1e-13
+    assert row["gradient_norm"] > 1e-2
+    assert row["stationary_gradient"] < 1e-14
+    assert row["loss_gap"] > 1e-2
+    assert row["control_error"] > 1e-2
 
-    def gradient(table: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
-        table = table.clone().requires_grad_(True)
-        loss = -(probs[:, None] * y * table[index].log_softmax(-1)).sum()
-        return torch.autograd.grad(loss, table)[0], float(loss.detach())
 
-    random = torch.randn(2 ** len(lags), 2, dtype=torch.float64, generator=torch.Generator())
-    full, _ = gradient(random, law)
-    torch.testing.assert_close(full, gradient(random, target)[0], rtol=0, atol=1e-14)
-    assert full.abs().max() > 1e-3
-    star = target[torch.stack([(index == i).nonzero()[0, 0] for i in range(2 ** len(lags))])]
-    at_star, loss = gradient(star.log(), law)
-    assert at_star.abs().max() < 1e-14
-    bayes = -(probs[:, None] * law * law.log()).sum()
-    assert loss > bayes + 1e-3
+def test_prop32_settings_refuse_bad_lag_sets() -> None:
+    base = {"states": [2], "order": 3, "length": 6, "kernels": 2, "alpha": 0.5, "seed": 0}
+    for suffixes, subsets, word in [
+        ([[2]], [[1, 3]], "not a suffix"),
+        ([[1]], [[1, 2]], "is a suffix"),
+        ([[1, 2, 3]], [[2]], "reads every lag"),
+        ([[1]], [[4]], "distinct lags in 1..3"),
+    ]:
+        with pytest.raises(ValueError, match=word):
+            Prop32Settings(**base, suffixes=suffixes, subsets=subsets)
 
 
 def _max_partial_match_loop(x: list[int], k: int, states: int) -> np.ndarray:

@@ -244,7 +244,6 @@ def _plot_fig4(s: Fig4Settings, cells: pd.DataFrame, ctx: RunContext) -> None:
         fig,
         f"Paper A, Fig. 4 — {ctx.scale} scale: {s.model.variant} model, d={s.model.n_embd}, "
         f"N={s.training.seq_len}, {s.training.steps} iterations, {len(s.seeds)} seeds per cell\n"
-        "red staircase: p + q = 1 (above-left p + q < 1, below-right p + q > 1, "
-        "cells between the steps p + q = 1)",
+        "red lines: cell edges between p + q < 1, p + q = 1 (controls, p = π₁) and p + q > 1",
     )
     ctx.save_figure(fig)

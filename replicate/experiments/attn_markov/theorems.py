@@ -274,11 +274,11 @@ def _plot_spectra(ax, s: TheoremSettings) -> None:
             edgecolors="tab:red",
             label="closed form $H_\\alpha$ (Eq. 12 / B.5)" if x == 0 else None,
         )
-        ax.annotate(
+        ax.annotate(  # right of the bars (half-width 11 points), just above the zero line
             f"+{full.size - nonzero.size} zero",
             (x, 0),
             textcoords="offset points",
-            xytext=(8, -12),
+            xytext=(14, 2),
             fontsize=8,
         )
         values, counts = np.unique(nonzero.round(6), return_counts=True)

@@ -394,14 +394,17 @@ def _plot(s: Fig1Settings, runs: pd.DataFrame, traj: pd.DataFrame, ctx: RunConte
             f"({basin_letter}) basins ({theorem}): green $\\mathcal{{I}}_\\star$, "
             f"red $\\mathcal{{I}}_{{min}}$"
         )
-    axes[0].legend(fontsize=7, loc="lower left")
+    # (a), (c) draw the critical sets as (b), (d) do: their legends name them; one in (a)
+    # would lie over the contour labels
     for ax in axes[2:]:
         ax.legend(fontsize=6.5, loc="lower left", framealpha=0.9)
     sigmas = ", ".join(f"{x:g}" for x in s.sigmas)
     plotting.finish(
         fig,
         f"Paper B, Fig. 1 — {ctx.scale} scale: gradient flow of (e, w), T = {s.flow.t_max:g}; "
-        f"dots: {s.inits_per_sigma} N(0, σ²) inits per σ ∈ {{{sigmas}}}, coloured by GF limit",
+        f"dots: {s.inits_per_sigma} N(0, σ²) inits per σ ∈ {{{sigmas}}}, coloured by GF limit\n"
+        "(a), (c): flows from a grid, coloured by GF limit; critical sets as in the legends of "
+        "(b), (d)",
     )
     ctx.save_figure(fig)
 

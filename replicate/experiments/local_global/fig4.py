@@ -27,7 +27,7 @@ from replicate import analysis, plotting
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.local_global import canonical_sgd
 from replicate.experiments.local_global import transformer as tf
-from replicate.experiments.local_global.flows import PositiveFloat
+from replicate.experiments.local_global.flows import PositiveFloat, chain_label
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.settings import (
     BinaryChainSettings,
@@ -265,7 +265,19 @@ def _loss_panel(
     ax.legend(fontsize=7, loc="upper right")
 
 
-def _sgd_panel(ax: Axes, paths: pd.DataFrame, chain: BinaryChainSettings, letter: str) -> None:
+def _init_colors(paths: pd.DataFrame) -> dict[str, tuple[float, float, float]]:
+    """One colour per SGD init, the same in panels (d), (e) and (f)."""
+    inits = sorted(paths.init.unique())
+    return dict(zip(inits, sns.color_palette("dark", len(inits)), strict=True))
+
+
+def _sgd_panel(
+    ax: Axes,
+    paths: pd.DataFrame,
+    chain: BinaryChainSettings,
+    letter: str,
+    colors: dict[str, tuple[float, float, float]],
+) -> None:
     """SGD paths of (e, w) over the basins of Thm 2 / Thm 8 (green I_*, red I_min)."""
     axis = np.linspace(-2.0, 2.0, 401)
     w_grid, e_grid = np.meshgrid(axis, axis)
@@ -283,10 +295,8 @@ def _sgd_panel(ax: Axes, paths: pd.DataFrame, chain: BinaryChainSettings, letter
     e_star = lg.global_min_locus_e(axis, chain.p, chain.q)
     ax.plot(axis, e_star, "k--", lw=1.1, label=r"$\Theta_\star$: $\Delta = c^*$")
     ax.plot(axis, -e_star, "k--", lw=1.1)
-    palette = sns.color_palette("dark", paths.init.nunique())
-    for color, (init, path) in zip(
-        palette, paths[paths.chain == chain.tag].groupby("init"), strict=False
-    ):
+    for init, path in paths[paths.chain == chain.tag].groupby("init"):
+        color = colors[init]
         ax.plot(path.w, path.e, color=color, lw=1.5, label=f"SGD from {init}")
         ax.plot(path.w.iloc[0], path.e.iloc[0], "o", color=color, ms=5)
         ax.plot(path.w.iloc[-1], path.e.iloc[-1], "s", color=color, ms=5)
@@ -302,25 +312,36 @@ def _sgd_panel(ax: Axes, paths: pd.DataFrame, chain: BinaryChainSettings, letter
     ax.legend(fontsize=7, loc="upper left")
 
 
-def _gap_panel(ax: Axes, paths: pd.DataFrame, s: Fig4Settings) -> None:
+def _gap_panel(
+    ax: Axes, paths: pd.DataFrame, s: Fig4Settings, colors: dict[str, tuple[float, float, float]]
+) -> None:
+    """Delta per SGD run: the init's colour of (d), (e); one line style per chain."""
+    styles = {chain.tag: ("-", ":", "-.")[k % 3] for k, chain in enumerate(s.sgd.chains)}
     for (tag, init), path in paths.groupby(["chain", "init"]):
-        ax.plot(path.step, path.gap, lw=1.2, label=f"{tag}, {init}")
+        ax.plot(path.step, path.gap, lw=1.2, color=colors[init], linestyle=styles[tag])
     for chain in s.sgd.chains:
+        ax.plot([], [], color="0.3", linestyle=styles[chain.tag], label=chain_label(chain))
         c_star = lg.chain_constants(chain.p, chain.q).c_star
         ax.axhline(c_star, color="k", ls="--", lw=0.9)
+        above = c_star >= 0  # outside the band the runs cross on their way from Delta ~ 0
         ax.annotate(
             f"c* ({chain.tag}) = {c_star:.3f}",
-            (0, c_star),
+            (1, c_star),
+            xycoords=ax.get_yaxis_transform(),
             fontsize=7,
-            xytext=(2, 3),
+            xytext=(-2, 3 if above else -3),
             textcoords="offset points",
+            ha="right",
+            va="bottom" if above else "top",
         )
     ax.set(
         xlabel="SGD step",
         ylabel="logit gap Δ = e²(1+2w|w|)",
-        title="(f) canonical model: Δ → c* (global) or 0 (e → 0)",
+        title="(f) canonical model: Δ → c* (global) or 0 (e → 0)\n"
+        "colour: the SGD init, as in (d), (e)",
     )
-    ax.legend(fontsize=5.5, ncol=2, loc="center right", framealpha=0.9)
+    ax.margins(y=0.1)  # room for the c* labels
+    ax.legend(fontsize=7, loc="center right", framealpha=0.9)
 
 
 def _off_scale(table: pd.DataFrame, chain: BinaryChainSettings) -> str:
@@ -348,9 +369,10 @@ def _plot(
         f"{len(s.extra_seeds)} seed(s){_off_scale(table, s.extra_chain)}",
         fontsize=9,
     )
+    colors = _init_colors(paths)
     for letter, ax, chain in zip("de", axes[3:5], s.sgd.chains, strict=False):
-        _sgd_panel(ax, paths, chain, letter)
-    _gap_panel(axes[5], paths, s)
+        _sgd_panel(ax, paths, chain, letter, colors)
+    _gap_panel(axes[5], paths, s, colors)
     plotting.finish(
         fig,
         f"Paper B, Fig. 4 — {ctx.scale} scale: d={s.model.n_embd}, N={s.training.seq_len}, "

@@ -174,9 +174,17 @@ def _matrix(ax: Axes, matrix: np.ndarray, title: str) -> None:
 
 
 def _curves(ax: Axes, table: pd.DataFrame, prefix: str, names: list[str], ylabel: str) -> None:
+    """The mean over seeds of ``prefix``_<name> per matrix, each in its fixed colour."""
     for name in names:
         mean = table.groupby("step")[f"{prefix}_{name}"].mean()
-        ax.plot(mean.index, mean.to_numpy(), marker="o", ms=3, label=name)
+        ax.plot(
+            mean.index,
+            mean.to_numpy(),
+            marker="o",
+            ms=3,
+            color=plotting.QUANTITY_COLORS[name],
+            label=f"$W_{name[1]}$",
+        )
     ax.set(xlabel="training iteration", ylabel=ylabel, ylim=(0, 1.02))
     ax.legend(fontsize=7)
 
@@ -211,8 +219,9 @@ def plot_low_rank(
     row[0].set_title("(rank) top singular value's share")
     _curves(row[1], run.structure, "cos_e", list(ALIGNED), "|cos(singular vector, e)|")
     row[1].set_title("(alignment) embedding-side factor vs e")
-    for seed, group in curves.groupby("seed"):
-        row[2].plot(group.step, group.test_loss, lw=1, label=f"seed {seed}")
+    for k, (_, group) in enumerate(curves.groupby("seed")):
+        label = f"seeds ({len(s.seeds)})" if k == 0 else None
+        row[2].plot(group.step, group.test_loss, lw=0.8, alpha=0.6, color="tab:blue", label=label)
     bigram, unigram = run.oracle_bigram[0], run.oracle_unigram[0]  # the test set's oracles
     plotting.reference_line(row[2], unigram, "unigram oracle", "unigram")
     plotting.reference_line(row[2], bigram, "bigram oracle", "bigram")

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from replicate.experiments.local_global.flows import CLASS_COLORS
@@ -25,6 +26,8 @@ def make_3d(fig: Figure, ax: Axes) -> Axes:
     ax3d.set_xlabel("w (feed-forward)")
     ax3d.set_ylabel("a (attention)")
     ax3d.set_zlabel("e (embedding)")
+    for axis in (ax3d.xaxis, ax3d.yaxis, ax3d.zaxis):  # more ticks collide in the projection
+        axis.set_major_locator(MaxNLocator(4, steps=[1, 2, 5, 10]))
     return ax3d
 
 

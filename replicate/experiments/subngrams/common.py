@@ -1,5 +1,5 @@
-"""What paper C's experiments share: data settings, fixed sets, the k-gram dashed lines and
-the training call."""
+"""What paper C's experiments share: data settings, fixed sets, the k-gram losses of the
+dashed lines and the training call (the drawing is `drawing`'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.axes import Axes
 from pydantic import Field
 from torch import nn
 
@@ -20,7 +19,7 @@ from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentang
 from lightning_modules.measures import Probe
 from lightning_modules.objectives import LastTokenLawCE
 from lightning_modules.seeding import member_generator
-from replicate import plotting, settings
+from replicate import settings
 from replicate.analysis.kgram import kgram_estimate, paper_c_kgram_lags
 from replicate.experiments.base import RunContext
 from replicate.markov.incontext import InContextSource
@@ -187,16 +186,25 @@ class TrainingSettings(settings.TrainingSettings):
 
 
 class OptimSettings(Strict):
-    """optax.adamw(lr, weight_decay, b1=momentum=0) with a constant rate (spec C §0.5, §2.4)."""
+    """optax.adamw(lr, weight_decay, b1=momentum=0) (spec C §0.5, §2.4) with a constant rate,
+    or with ``schedule = "cosine"`` the authors' train.py default for Fig. 7 (paper C,
+    App. I.3), optax.cosine_decay_schedule(lr, steps): a cosine from lr to 0 over the run
+    with no warm-up. It maps to ``warmup_cosine`` with ``pct_start = 0``: the rate is lr at
+    steps 0 and 1, then a cosine over the remaining steps, ~0 at the last one (optax's runs
+    at most a step ahead of it: the rates differ by at most lr * pi / (2 steps))."""
 
     lr: Annotated[float, Field(gt=0.0)]
     beta1: Annotated[float, Field(ge=0.0, lt=1.0)]
     beta2: Annotated[float, Field(ge=0.0, lt=1.0)]
     weight_decay: Annotated[float, Field(ge=0.0)]
+    schedule: Literal["constant", "cosine"] = "constant"
 
     @property
     def config(self) -> OptimConfig:
-        return OptimConfig(**self.model_dump(), schedule="constant")
+        fields = self.model_dump(exclude={"schedule"})
+        if self.schedule == "cosine":
+            return OptimConfig(**fields, schedule="warmup_cosine", pct_start=0.0)
+        return OptimConfig(**fields, schedule="constant")
 
 
 def train(
@@ -234,14 +242,6 @@ def member_test_set(trained: TrainedEnsemble, member: int = 0) -> SequenceBatch:
     batch = trained.test_batch
     assert batch.next_law is not None
     return SequenceBatch(batch.tokens[member : member + 1], batch.next_law[member : member + 1])
-
-
-def kgram_lines(ax: Axes, levels: np.ndarray) -> None:
-    """The add-alpha k-gram losses b_1 > ... > b_n as horizontal reference lines."""
-    n = len(levels)
-    for k, b in enumerate(levels, start=1):
-        kind = "unigram" if k == 1 else "target" if k == n else "bigram"
-        plotting.reference_line(ax, float(b), f"{k}-gram (add-α)", kind)
 
 
 def train_simplified(

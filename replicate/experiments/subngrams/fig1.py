@@ -14,9 +14,11 @@ from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from pydantic import Field
 
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import (
     NO_EVENT,
     ChainSettings,
@@ -30,7 +32,7 @@ from replicate.experiments.subngrams.common import (
     over_event_seeds,
     train_simplified,
 )
-from replicate.experiments.subngrams.fig6 import plot_loss_and_gradient
+from replicate.experiments.subngrams.drawing import loss_and_gradient, marks_from_frame
 from replicate.experiments.subngrams.stages import (
     Stages,
     StageSettings,
@@ -148,11 +150,26 @@ def fig1(s: Fig1Settings, ctx: RunContext) -> Metrics:
     }
     curves = curves_frame(s.seeds, steps, test_loss=losses, grad_norm=trained.grad_norm)
     ctx.save_csv(curves, "curves.csv")
-    ctx.save_csv(pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS)), "plateaus.csv")
+    plateaus = pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS))
+    ctx.save_csv(plateaus, "plateaus.csv")
     ctx.save_csv(refs, "references.csv")
-    title = (
-        f"Paper C, Fig. 1 — {ctx.scale} scale: simplified model, S={s.chain.states}, "
-        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, {len(s.seeds)} seeds"
-    )
-    plot_loss_and_gradient(curves, levels, ctx, title)
+    ctx.save_figure(draw(curves, plateaus, levels, s, ctx.scale))
     return metrics
+
+
+def draw(
+    curves: pd.DataFrame, plateaus: pd.DataFrame, levels: np.ndarray, s: Fig1Settings, scale: str
+) -> Figure:
+    """Fig. 1 from what the experiment saves (curves.csv, plateaus.csv, the levels of
+    references.csv): per seed the test loss on the k-gram levels b_1..b_n with its plateaus
+    and their orders, which F1a-F1d read, and the minibatch gradient norm below."""
+    marks = {
+        seed: marks_from_frame(plateaus[plateaus.seed == seed]) for seed in curves.seed.unique()
+    }
+    title = (
+        f"Paper C, Fig. 1 — {scale} scale: simplified model, S={s.chain.states}, "
+        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, "
+        f"{drawing.count(len(s.seeds), 'seed')}; "
+        "shaded: the plateaus found and their k-gram orders"
+    )
+    return loss_and_gradient(curves, levels, marks, title)

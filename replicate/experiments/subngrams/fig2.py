@@ -21,12 +21,14 @@ from typing import Annotated
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from pydantic import Field
 
 from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentangled
-from replicate import plotting
 from replicate.analysis.kgram import kgram_estimate, match_matrix, paper_c_kgram_lags
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import DataSettings, fixed_set
 from replicate.settings import PositiveInt, Strict
 from replicate.theory.subngrams import (
@@ -217,36 +219,92 @@ def fig2(s: Fig2Settings, ctx: RunContext) -> Metrics:
         metrics[f"k{row.k}/c{row.c:g}/max_error_empty"] = row.max_error_empty
     for row in variants.itertuples():
         metrics[f"{row.construction}/c{row.c:g}/max_error"] = row.max_error
-    _plot(s, table, ctx)
+    ctx.save_figure(draw(example, table, variants, s))
     return metrics
 
 
-def _plot(s: Fig2Settings, table: pd.DataFrame, ctx: RunContext) -> None:
-    fig, axes = plotting.figure(1, 2)
-    for k, group in table[table.k >= 2].groupby("k"):
-        axes[0].plot(group.c, group.max_error_padded, marker="o", label=f"θ*^{k}")
-        axes[1].plot(group.c, group.mean_error_def21, marker="o", label=f"θ*^{k}")
-    cs = np.array(s.scales)
-    bound = [error_bound(s.data.seq_len, c) for c in cs]
-    axes[0].plot(cs, bound, "k--", label="20 T e^{-c} + T ε₆₄")
-    axes[0].set(
-        yscale="log",
-        xlabel="construction scale c",
-        ylabel="max |p_θ − p̂_k^pad|",
-        title="(a) against the padded k-gram estimator",
-    )
-    axes[1].set(
-        yscale="log",
-        xlabel="construction scale c",
-        ylabel="mean |p_θ − p̂_k (Def. 2.1)| per entry",
-        title="(b) against Def. 2.1 (padding boundary effect)",
-    )
-    for ax in axes:
-        ax.legend(fontsize=8)
+def draw(
+    example: pd.DataFrame, check: pd.DataFrame, variants: pd.DataFrame, s: Fig2Settings
+) -> Figure:
+    """Fig. 2's checks from example.csv, check_a.csv and variants.csv, one panel each:
+    theta_*^k (k >= 2) against (a) the padded k-gram estimator with Lemma B.1's bound (F2b),
+    (b) Def. 2.1's estimator (F2b), (c) the back-off limit where the padded match set is
+    empty (F2c); App. F's (d) Eq. (30) and (e) Eq. (36) against theirs (F30, F36); (f) the
+    worked example of paper C's Fig. 2, the keys the second layer attends to and the output
+    (F2a). Scales c below the one a claim starts at are shaded."""
+    fig, axes = drawing.figure(2, 3, width=4.6, height=3.4)
+    higher = check[check.k >= 2]
+    for k, group in higher.groupby("k"):
+        group = group.sort_values("c")
+        color = drawing.level_color(int(k))
+        label = rf"$\theta_*^{{{k}}}$"
+        axes[0].plot(group.c, group.max_error_padded, "o-", color=color, label=label)
+        axes[1].plot(group.c, group.mean_error_def21, "o-", color=color, label=label)
+        axes[2].plot(
+            group.c, group.max_error_empty, "o-", color=color,
+            label=f"{label} ({group.empty_fraction.iloc[0]:.1%} of the sequences)",
+        )  # fmt: skip
+    bound = check[check.k == check.k.max()].sort_values("c")
+    for ax in (axes[0], axes[2]):
+        ax.plot(bound.c, bound.bound, "k--", label=r"$20\,T e^{-c} + T\varepsilon_{64}$")
+    eq30 = variants[variants.construction == "eq30"].sort_values("c")
+    eq36 = variants[variants.construction != "eq30"].sort_values("c")
+    lags = ", ".join(map(str, s.lagset))
+    axes[3].plot(eq30.c, eq30.max_error, "o-", color=drawing.level_color(2),
+                 label="against the padded bigram estimator")  # fmt: skip
+    axes[3].plot(eq30.c, eq30.bound, "k--", label="its bound × (n−1) √c")
+    axes[4].plot(eq36.c, eq36.max_error, "o-", color="tab:red",
+                 label=f"against the padded N-MLE, N = {{{lags}}}")  # fmt: skip
+    axes[4].plot(eq36.c, eq36.max_error_actual_limit, "s-", color="tab:blue",
+                 label="against its actual limit (the last key always matches)")  # fmt: skip
+    axes[4].plot(eq36.c, eq36.bound, "k--", label="its bound × c")
+    titles = (
+        (r"(a) $\theta_*^k$ against the padded k-gram estimator",
+         r"max $|p_\theta - \hat p_k^{pad}|$", s.bound_min_scale),
+        ("(b) against Def. 2.1 (padding boundary effect)",
+         r"mean $|p_\theta - \hat p_k|$ per entry", s.def21_min_scale),
+        ("(c) on an empty padded match set: the back-off",
+         r"max $|p_\theta -$ back-off limit$|$",
+         s.bound_min_scale),
+        ("(d) App. F, Eq. (30): every head on the (−1)-token", "max error", s.bound_min_scale),
+        ("(e) App. F.2, Eq. (36): a non-contiguous history", "max error", s.bound_min_scale),
+    )  # fmt: skip
+    for ax, (title, ylabel, start) in zip(axes, titles, strict=False):
+        ax.axvspan(
+            0, start, color="0.85", alpha=0.5, linewidth=0, label="c below where the claims start"
+        )
+        ax.set(yscale="log", xlabel="construction scale c", ylabel=ylabel, title=title)
+        ax.set_xlim(0, max(s.scales) * 1.05)
+        drawing.legend_below(ax)
+    _worked_example(axes[5], example, s.example)
     d = s.data
-    plotting.finish(
+    return drawing.finish(
         fig,
-        f"Paper C, Fig. 2 — θ*^k computes the k-gram estimator (S={d.states}, n={d.order}, "
-        f"T={d.seq_len}, α={d.alpha:g}, {s.sequences} sequences, float64)",
+        f"Paper C, Fig. 2 — $\\theta_*^k$ computes the k-gram estimator (S={d.states}, "
+        f"n={d.order}, T={d.seq_len}, α={d.alpha:g}, {s.sequences} sequences, float64)",
     )
-    ctx.save_figure(fig)
+
+
+def _worked_example(ax: Axes, example: pd.DataFrame, s: ExampleSettings) -> None:
+    """The keys theta_*^k's second layer attends to on Fig. 2's sequence (one row per k,
+    filled where the weight exceeds `SUPPORT_THRESHOLD`), each row labelled with the output
+    and the padded k-gram estimator."""
+    support = np.zeros((len(example), len(s.tokens)))
+    labels = []
+    for i, row in enumerate(example.sort_values("k").itertuples()):
+        support[i, [int(j) for j in str(row.support).split()]] = 1.0
+        output = ", ".join(f"{float(p):.2f}" for p in str(row.output).split())
+        padded = ", ".join(f"{float(p):.2f}" for p in str(row.padded_kgram).split())
+        labels.append(f"k={row.k}: p = ({output})\npadded = ({padded})")
+    ax.imshow(support, cmap="Greens", vmin=0, vmax=1.4, aspect="auto")
+    ax.grid(False)
+    for y in range(1, len(example)):
+        ax.axhline(y - 0.5, color="white", linewidth=2)
+    for x in range(1, len(s.tokens)):
+        ax.axvline(x - 0.5, color="white", linewidth=1)
+    ax.set_xticks(range(len(s.tokens)), labels=[f"{j}\n{x}" for j, x in enumerate(s.tokens)])
+    ax.set_yticks(range(len(example)), labels=labels, fontsize=7)
+    ax.set(
+        xlabel="key position j (above) and its token x_j (below)",
+        title=f"(f) Fig. 2's example (S={s.states}, c={s.scale:g}): keys attended",
+    )

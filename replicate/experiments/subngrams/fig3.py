@@ -2,24 +2,30 @@
 
 S = 5, n = 3, T = 32, alpha = 0.5, d_h = S; every seed is one member of one ensemble.
 (a) test loss with the add-alpha k-gram losses as dashed lines; (b) the heads'
-softmax(A1^(h)) at the paper's three marked steps (nearest evaluations). The first-layer
-maps of every evaluation are saved for Fig. 5 (`histories.pt`).
+softmax(A1^(h)) of the first seed whose heads switch to the (-2)-token (the figure's point,
+paper C Fig. 3b) at the steps F3a, F3b and F3d read: the paper's first marked step, the
+middle of the second plateau, the end; (c) the KL to the k-gram estimators; (d) that seed's
+m_h(1), m_h(2) along training. The first-layer maps of every evaluation are saved for
+Fig. 5 (`histories.pt`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from pydantic import Field
 
 from replicate import plotting
+from replicate.analysis import Plateau
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
@@ -29,7 +35,6 @@ from replicate.experiments.subngrams.common import (
     fixed_set,
     history_losses,
     kgram_levels,
-    kgram_lines,
     level_noise,
     member_test_set,
     over_event_seeds,
@@ -164,23 +169,21 @@ def fig3(s: Fig3Settings, ctx: RunContext) -> Metrics:
         )
         for i, seed in enumerate(s.seeds)
     }
-    ctx.save_torch(
-        {
-            "seeds": s.seeds,
-            "steps": torch.tensor(steps),
-            "test_loss": torch.tensor(losses),
-            "attention": torch.tensor(attention),
-            "levels": torch.tensor(levels),
-            "level_noise": noise,
-        },
-        "histories.pt",
-    )
+    saved = {
+        "seeds": s.seeds,
+        "steps": torch.tensor(steps),
+        "test_loss": torch.tensor(losses),
+        "attention": torch.tensor(attention),
+        "levels": torch.tensor(levels),
+        "level_noise": noise,
+    }
+    ctx.save_torch(saved, "histories.pt")
     kl = {f"kl_{k + 1}-gram": distances[:, :, k, 0] for k in range(distances.shape[2])}
     curves = curves_frame(s.seeds, steps, test_loss=losses, **kl)
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(refs, "references.csv")
     metrics = _summary(per_seed, levels, s)
-    _plot(s, curves, attention, steps, levels, ctx)
+    ctx.save_figure(draw(saved, curves, metrics, s, ctx.scale))
     return metrics
 
 
@@ -215,59 +218,146 @@ def _summary(per_seed: dict[int, Metrics], levels: np.ndarray, s: Fig3Settings) 
     return metrics
 
 
-def _plot(
-    s: Fig3Settings,
-    curves: pd.DataFrame,
-    attention: np.ndarray,
-    steps: np.ndarray,
-    levels: np.ndarray,
-    ctx: RunContext,
-) -> None:
-    heads = attention.shape[2]
-    marks = [index_at(steps, t) for t in s.marked_steps]
-    cols = max(2, len(marks))  # row 0: the loss and the estimator distances
-    fig, axes = plotting.figure(1 + heads, cols, width=3.6, height=3.2)
-    ax = axes[0]
-    plotting.per_seed_lines(ax, curves, x="step", y="test_loss", hue="seed")
-    kgram_lines(ax, levels)
-    for j in marks:
-        ax.axvline(steps[j], color="0.6", linewidth=0.8)
-    ax.set(xlabel="training iteration", ylabel="test loss (nats)", title="(a) test loss")
-    ax.legend(fontsize=6)
-    unused = [
-        *axes[2:cols],
-        *(axes[(1 + h) * cols + c] for h in range(heads) for c in range(len(marks), cols)),
+def shown_seed(seeds: Sequence[int], metrics: Mapping[str, float]) -> int:
+    """The seed whose maps Fig. 3 shows: the first whose heads end on the (-1)- and the
+    (-2)-token (``final_switch``, F3d), the switch the figure is about (paper C, Fig. 3b);
+    the first seed when none switches."""
+    return next((s for s in seeds if metrics.get(f"seed{s}/final_switch") == 1.0), seeds[0])
+
+
+def map_columns(
+    steps: np.ndarray, metrics: Mapping[str, float], seed: int, s: Fig3Settings
+) -> list[tuple[int, str]]:
+    """(evaluation index, what it is) of the maps' three columns, the steps F3a, F3b and F3d
+    read: the paper's first marked step, the middle of the seed's second plateau (the
+    paper's second marked step without one) and the end of training."""
+    if metrics.get(f"seed{seed}/has_second_plateau") == 1.0:
+        second = Plateau(metrics[f"seed{seed}/plateau_t0"], metrics[f"seed{seed}/plateau_t1"], 0.0)
+        middle = (midpoint_index(steps, second), "middle of the second plateau")
+    else:
+        middle = (index_at(steps, s.marked_steps[1]), "the paper's second mark")
+    return [
+        (index_at(steps, s.marked_steps[0]), "the paper's first mark"),
+        middle,
+        (len(steps) - 1, "end of training"),
     ]
-    for ax in unused:
-        ax.axis("off")
+
+
+def draw(
+    saved: Mapping[str, Any],
+    curves: pd.DataFrame,
+    metrics: Mapping[str, float],
+    s: Fig3Settings,
+    scale: str,
+) -> Figure:
+    """Fig. 3 from what the experiment saves (histories.pt, curves.csv, metrics.json).
+
+    Row 0: (a) the test loss of every seed on the k-gram levels, (c) the KL to the k-gram
+    estimators (F3b's nearest estimator), (d) the shown seed's head masses m_h(1), m_h(2)
+    along training; below, (b) the shown seed's first-layer maps (`shown_seed`: the first
+    whose heads switch to the (-2)-token) at the steps F3a, F3b and F3d read
+    (`map_columns`), each with its heads' m_h(1) and m_h(2) (`stages.masses_of`)."""
+    import seaborn as sns  # only to draw (`replicate.plotting`: start-up)
+
+    seeds = [int(x) for x in saved["seeds"]]
+    steps = saved["steps"].numpy()
+    attention = saved["attention"]  # (E, n, H, T, T)
+    levels = saved["levels"].numpy()
+    seed = shown_seed(seeds, metrics)
+    i = seeds.index(seed)
+    heads = attention.shape[2]
+    columns = map_columns(steps, metrics, seed, s)
+    masses = masses_of(attention[i])  # (n, H, len(OFFSETS))
+    one, two = OFFSETS.index(1), OFFSETS.index(2)
+    fig, axes = drawing.figure(1 + heads, len(columns), width=3.9, height=3.3)
+    loss_ax, kl_ax, mass_ax = axes[0], axes[1], axes[2]
+    plateau = []
+    if metrics.get(f"seed{seed}/has_second_plateau") == 1.0:
+        order = int(metrics[f"seed{seed}/plateau_order"]) or None
+        plateau = [
+            drawing.PlateauMark(
+                metrics[f"seed{seed}/plateau_t0"],
+                metrics[f"seed{seed}/plateau_t1"],
+                metrics[f"seed{seed}/plateau_level"],
+                order,
+                (order,),
+            )
+        ]
+    for ax in (loss_ax, mass_ax):
+        drawing.shade_plateaus(ax, plateau, label=ax is loss_ax)
+        for j, _ in columns:
+            ax.axvline(steps[j], color="0.45", linewidth=0.8, linestyle=(0, (4, 2)))
+    runs = [
+        loss_ax.plot(
+            steps, saved["test_loss"][k].numpy(), color=drawing.seed_color(k),
+            linewidth=1.4 if other == seed else 0.8,
+            label=f"seed {other}" + (" (maps)" if other == seed else ""),
+        )[0]
+        for k, other in enumerate(seeds)
+    ]  # fmt: skip
+    levels_drawn = drawing.kgram_lines(loss_ax, levels)
+    loss_ax.set(xlabel="training iteration", ylabel="test loss (nats)", title="(a) test loss")
+    loss_ax.legend(handles=runs, fontsize=7, loc="center right")
     distances = curves.melt(
         id_vars=["seed", "step"],
         value_vars=[c for c in curves.columns if c.startswith("kl_")],
         var_name="estimator",
         value_name="kl",
     )
-    distances["estimator"] = distances["estimator"].str.removeprefix("kl_")
-    ax = axes[1]
-    plotting.per_seed_lines(ax, distances, x="step", y="kl", hue="estimator")
-    ax.set(
+    distances["estimator"] = distances["estimator"].str.removeprefix("kl_") + " estimator"
+    plotting.per_seed_lines(kl_ax, distances, x="step", y="kl", hue="estimator")
+    kl_ax.set(
         xlabel="training iteration",
         ylabel="mean KL(model ‖ estimator) (nats)",
-        title=f"(c) KL to the add-α k-gram estimators ({s.probe_sequences} seqs)",
+        title=f"(c) KL to the add-α k-gram estimators\n(every seed, {s.probe_sequences} sequences)",
     )
-    ax.legend(fontsize=6)
+    kl_ax.legend(fontsize=7, loc="upper right")
+    head_colors = sns.color_palette("dark", n_colors=heads)
+    masses_drawn = [
+        mass_ax.plot(
+            steps, masses[:, h, delta], color=head_colors[h], linestyle=style,
+            label=f"seed {seed}, head {h + 1}: $m_{h + 1}({OFFSETS[delta]})$",
+        )[0]
+        for h in range(heads)
+        for delta, style in ((one, "-"), (two, "--"))
+    ]  # fmt: skip
+    threshold = mass_ax.axhline(
+        s.stage.threshold, color="black", linewidth=0.8, linestyle=":",
+        label=f"head threshold {s.stage.threshold:g}",
+    )  # fmt: skip
+    mass_ax.set(
+        xlabel="training iteration",
+        ylabel="attention mass at offset δ",
+        ylim=(0, 1),
+        title=f"(d) seed {seed}: mass on the (−1)- and (−2)-token",
+    )
+    images = []
     for h in range(heads):
-        for col, j in enumerate(marks):
-            ax = axes[(1 + h) * cols + col]
-            ax.imshow(attention[0, j, h], cmap="viridis", vmin=0, vmax=1)
+        for col, (j, what) in enumerate(columns):
+            ax = axes[(1 + h) * len(columns) + col]
+            images.append(ax.imshow(attention[i, j, h].numpy(), cmap="viridis", vmin=0, vmax=1))
+            ax.grid(False)
+            m = masses[j, h]
             ax.set(
-                title=f"(b) head {h + 1}, t = {int(steps[j])}",
+                title=f"(b) {what}, t = {int(steps[j])}\n"
+                f"head {h + 1}: m(1) = {m[one]:.2f}, m(2) = {m[two]:.2f}",
                 xlabel="key position j",
                 ylabel="query position l",
             )
-    plotting.finish(
-        fig,
-        f"Paper C, Fig. 3 — {ctx.scale} scale: simplified model, S={s.chain.states}, "
-        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, {len(s.seeds)} seeds "
-        f"(maps: seed {s.seeds[0]})",
+            ax.title.set_fontsize(9)
+    fig.colorbar(images[-1], ax=axes[len(columns) :], shrink=0.6, label="attention weight")
+    about = (
+        f"seed {seed}, the first seed whose heads switch to the (−2)-token"
+        if metrics.get(f"seed{seed}/final_switch") == 1.0
+        else f"seed {seed} (no seed's heads switch to the (−2)-token)"
     )
-    ctx.save_figure(fig)
+    title = (
+        f"Paper C, Fig. 3 — {scale} scale: simplified model, S={s.chain.states}, "
+        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, "
+        f"{drawing.count(len(seeds), 'seed')}; "
+        f"(b) and (d): {about}"
+    )
+    key = drawing.plateau_key(plateau)
+    for handle in key:
+        handle.set_label(f"{handle.get_label()}: seed {seed}'s second plateau")
+    return drawing.finish(fig, title, [*levels_drawn, *masses_drawn, threshold, *key])

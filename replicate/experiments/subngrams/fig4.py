@@ -10,17 +10,20 @@ over a fixed set of test sequences (spec C §4.0).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Annotated
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from pydantic import Field, model_validator
 
 from lightning_modules import LastTokenLawCE
-from replicate import plotting
 from replicate.analysis import Plateau
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
@@ -28,14 +31,15 @@ from replicate.experiments.subngrams.common import (
     fixed_set,
     history_losses,
     kgram_levels,
-    kgram_lines,
     level_noise,
     member_test_set,
     train,
 )
+from replicate.experiments.subngrams.drawing import PlateauMark, plateau_marks
 from replicate.experiments.subngrams.general import (
     Embedding,
     MlpKind,
+    ReadoutInit,
     attention_mass_probe,
     general_config,
 )
@@ -93,9 +97,11 @@ def train_general(
     eps: float,
     probe_sequences: int,
     ctx: RunContext,
+    readout: ReadoutInit = "zero",
 ) -> TrainedEnsemble:
-    """One ensemble of the general transformer (one member per seed)."""
-    cfg = general_config(chain.states, chain.order, training.seq_len, embedding, mlp)
+    """One ensemble of the general transformer (one member per seed); ``readout``: its
+    readout's initialisation (`general.general_config`; Fig. 4 keeps the zero one)."""
+    cfg = general_config(chain.states, chain.order, training.seq_len, embedding, mlp, readout)
     model = gpt_ensemble(cfg, seeds)
     probe_set = fixed_set(chain.at(training.seq_len), probe_sequences, training.test_seed, "test")
     return train(
@@ -150,8 +156,7 @@ def seed_values(
 def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
     """Fig. 4: uniform heads, a bigram plateau, then one head on the (-2)-token (F4a-F4d)."""
     metrics: Metrics = {}
-    curves = []
-    levels = np.array([])
+    curves, marks = [], {}
     for embedding in s.embeddings:
         trained = train_general(
             s.chain, embedding, "none", s.seeds, s.training, s.optim, s.eps,
@@ -163,6 +168,7 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
         metrics |= {f"{embedding}/kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
         for i, seed in enumerate(s.seeds):
             stage = stages(steps, losses[i], levels, s.stage, noise)
+            marks[embedding, seed] = plateau_marks(stage)
             marked = s.marked_steps[embedding]
             measure = partial(
                 seed_values, steps=steps, masses=masses[i], marked_step=marked, s=s.stage
@@ -182,25 +188,63 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
     )
     frame = pd.DataFrame(curves)
     ctx.save_csv(frame, "curves.csv")
-    _plot(s, frame, levels, ctx)
+    ctx.save_figure(draw(frame, metrics, marks, s, ctx.scale))
     return metrics
 
 
-def _plot(s: Fig4Settings, curves: pd.DataFrame, levels: np.ndarray, ctx: RunContext) -> None:
-    fig, axes = plotting.figure(1, len(s.embeddings))
-    for ax, embedding in zip(axes, s.embeddings, strict=True):
+EMBEDDING_NAMES = {"onehot": "one-hot"}
+
+
+def draw(
+    curves: pd.DataFrame,
+    metrics: Mapping[str, float],
+    plateaus: Mapping[tuple[str, int], Sequence[PlateauMark]],
+    s: Fig4Settings,
+    scale: str,
+) -> Figure:
+    """Fig. 4's loss panels (paper C, App. I.1, Fig. 4 (a) and (c)) from curves.csv and
+    metrics.json: per embedding, each seed's test loss on the k-gram levels, labelled with
+    the orders of its plateaus (``plateaus`` per (embedding, seed), F4a), with a dot where
+    F4b reads the heads (the middle of the bigram plateau, or the paper's highlighted step
+    on it, the dotted line). The paper's attention maps (b, d) are not drawn: the run keeps
+    only the heads' offset masses, and those only in memory."""
+    fig, axes = drawing.figure(1, len(s.embeddings), width=5.0, height=3.6)
+    handles = []
+    for ax, embedding, letter in zip(axes, s.embeddings, "acegik", strict=False):
         part = curves[curves.embedding == embedding]
-        plotting.per_seed_lines(ax, part, x="step", y="test_loss", hue="seed")
-        kgram_lines(ax, levels)
+        levels = [metrics[f"{embedding}/kgram/b{k}"] for k in range(1, s.chain.order + 1)]
+        runs = []
+        for index, seed in enumerate(s.seeds):
+            color = drawing.seed_color(index)
+            run = part[part.seed == seed].sort_values("step")
+            orders = " → ".join(m.label.removeprefix("k=") for m in plateaus[embedding, seed])
+            (line,) = ax.plot(
+                run.step, run.test_loss, color=color, linewidth=1.1,
+                label=f"seed {seed}: plateaus at k = {orders or 'none'}",
+            )  # fmt: skip
+            runs.append(line)
+            read = metrics[f"{embedding}/seed{seed}/b_read_step"]
+            loss = float(np.interp(read, run.step, run.test_loss))
+            ax.plot(read, loss, marker="o", color=color, markeredgecolor="black", zorder=3)
+        marked = ax.axvline(
+            s.marked_steps[embedding], color="0.3", linewidth=0.9, linestyle=":",
+            label="the paper's highlighted step on the bigram plateau",
+        )  # fmt: skip
+        handles = [*drawing.kgram_lines(ax, levels), marked]
         ax.set(
             xlabel="training iteration",
             ylabel="test loss (nats)",
-            title=f"{embedding} embeddings",
+            title=f"({letter}) {EMBEDDING_NAMES.get(embedding, embedding)} embeddings",
         )
-        ax.legend(fontsize=6)
-    plotting.finish(
-        fig,
-        f"Paper C, Fig. 4 — {ctx.scale} scale: attention-only transformer, d=S+T, "
-        f"S={s.chain.states}, n={s.chain.order}, T={s.training.seq_len}, {len(s.seeds)} seeds",
+        ax.legend(handles=runs, fontsize=7, loc="upper right")
+    reads = Line2D(
+        [], [], marker="o", color="0.6", markeredgecolor="black", linestyle="none",
+        label="heads read here (middle of the bigram plateau, else the paper's step)",
+    )  # fmt: skip
+    title = (
+        f"Paper C, Fig. 4 — {scale} scale: attention-only transformer, d=S+T, "
+        f"S={s.chain.states}, n={s.chain.order}, T={s.training.seq_len}, "
+        f"{drawing.count(len(s.seeds), 'seed')}"
     )
-    ctx.save_figure(fig)
+    note = drawing.within_noise_note(m for ms in plateaus.values() for m in ms)
+    return drawing.finish(fig, title + note, [*handles, reads])

@@ -11,14 +11,17 @@ in a seed without).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 
-from replicate import plotting
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import NO_EVENT, over_event_seeds
 from replicate.experiments.subngrams.stages import (
     OFFSETS,
@@ -52,7 +55,7 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
     attention = saved["attention"]
     masses = masses_of(attention)  # (E, n, H, len(OFFSETS))
     one, two = OFFSETS.index(1), OFFSETS.index(2)
-    rows, maps = [], []
+    rows = []
     for i, seed in enumerate(saved["seeds"]):
         stage = stages(steps, losses[i], levels, s.stage, saved["level_noise"])
         second = stage.second_plateau(len(levels))
@@ -77,10 +80,9 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
             "both_heads_on_1": float(all(heads_on(m[None], s.stage) == {1} for m in mid)),
         }
         rows.append(row)
-        maps.append((seed, int(steps[j]), attention[i, j].numpy()))
     table = pd.DataFrame(rows)
     ctx.save_csv(table, "heads.csv")
-    _plot(maps, ctx)
+    ctx.save_figure(draw(table, saved, ctx.scale))
     with_plateau = table.plateau_mid.notna().to_numpy()
     margins = table.margin_1_over_2.to_numpy()
     metrics: Metrics = {
@@ -97,21 +99,47 @@ def fig5(s: Fig5Settings, ctx: RunContext) -> Metrics:
     return metrics
 
 
-def _plot(maps: list[tuple[int, int, np.ndarray]], ctx: RunContext) -> None:
-    heads = maps[0][2].shape[0] if maps else 1
-    fig, axes = plotting.figure(heads, max(1, len(maps)), width=3.2, height=3.0)
-    for col, (seed, step, att) in enumerate(maps):
+def draw(table: pd.DataFrame, saved: Mapping[str, Any], scale: str) -> Figure:
+    """Fig. 5 (paper C, App. I.2) from heads.csv and Fig. 3's histories.pt: per seed with a
+    second plateau (a column), both heads' softmax(A1) at its middle, with each head's
+    m_h(1) and m_h(2) (F5b's margin, F5c) and the first steps some head is on the (-1)- and
+    on the (-2)-token (F5a)."""
+    steps = saved["steps"].numpy()
+    seeds = [int(x) for x in saved["seeds"]]
+    rows = table[table.plateau_mid.notna()]
+    heads = saved["attention"].shape[2]
+    one, two = OFFSETS.index(1), OFFSETS.index(2)
+    fig, axes = drawing.figure(heads, max(1, len(rows)), width=3.4, height=3.3)
+    image = None
+    for col, row in enumerate(rows.itertuples()):
+        j = int(np.flatnonzero(steps == row.plateau_mid)[0])
+        maps = saved["attention"][seeds.index(int(row.seed)), j]  # (H, T, T)
+        masses = masses_of(maps)
         for h in range(heads):
-            ax = axes[h * len(maps) + col]
-            ax.imshow(att[h], cmap="viridis", vmin=0, vmax=1)
-            ax.set(
-                title=f"seed {seed}, head {h + 1}, t = {step}",
-                xlabel="key position j",
-                ylabel="query position l",
-            )
-    plotting.finish(
-        fig,
-        f"Paper C, Fig. 5 — {ctx.scale} scale: softmax(A1) at the middle of the second "
-        "plateau, the first below the n-gram level (Fig. 3's runs)",
+            ax = axes[h * len(rows) + col]
+            image = ax.imshow(maps[h].numpy(), cmap="viridis", vmin=0, vmax=1)
+            ax.grid(False)
+            lines = [f"head {h + 1}: m(1) = {masses[h, one]:.2f}, m(2) = {masses[h, two]:.2f}"]
+            if h == 0:
+                lines = [
+                    f"seed {row.seed}, t = {int(row.plateau_mid)}",
+                    f"first on −1: {_when(row.t_first_on_1)}; on −2: {_when(row.t_first_on_2)}",
+                    *lines,
+                ]
+            ax.set(title="\n".join(lines), xlabel="key position j", ylabel="query position l")
+            ax.title.set_fontsize(8.5)
+    if image is None:
+        for ax in axes:
+            ax.axis("off")
+        axes[0].text(0.5, 0.5, "no seed has a second plateau", ha="center", va="center")
+    else:
+        fig.colorbar(image, ax=axes, shrink=0.7, label="attention weight")
+    title = (
+        f"Paper C, Fig. 5 — {scale} scale: softmax(A1) at the middle of the second plateau, "
+        "the first below the n-gram level (Fig. 3's runs)"
     )
-    ctx.save_figure(fig)
+    return drawing.finish(fig, title)
+
+
+def _when(step: float) -> str:
+    return "never" if math.isinf(step) else f"t = {int(step)}"

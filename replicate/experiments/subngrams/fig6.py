@@ -1,23 +1,24 @@
 """Paper C, Fig. 6: the gradient norm along training of the simplified model (spec C §4.6).
 
 S = 5, n = 3, T = 128, alpha = 0.5 (inferred), d_h = D; every seed one ensemble member. The
-test loss and the minibatch gradient norm (averaged between evaluations, as the authors'
-code) on twin axes, plus the population-gradient norm of spec C §4.0 on a fixed set.
+test loss, and below it the minibatch gradient norm (averaged between evaluations, as the
+authors' code) with the population-gradient norm of spec C §4.0 on a fixed set.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from pydantic import Field
 
-from replicate import plotting
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import (
     ChainSettings,
     OptimSettings,
@@ -25,7 +26,6 @@ from replicate.experiments.subngrams.common import (
     curves_frame,
     history_losses,
     kgram_levels,
-    kgram_lines,
     level_noise,
     member_test_set,
     over_event_seeds,
@@ -34,6 +34,7 @@ from replicate.experiments.subngrams.common import (
     train_simplified,
     without_event,
 )
+from replicate.experiments.subngrams.drawing import PlateauMark, loss_and_gradient, plateau_marks
 from replicate.experiments.subngrams.stages import (
     Stages,
     StageSettings,
@@ -102,9 +103,10 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
     refs = history_losses(member_test_set(trained), s.chain, s.eps)
     levels, noise = kgram_levels(refs), level_noise(refs)
     metrics: Metrics = {f"kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
-    per_seed = []
+    per_seed, marks = [], {}
     for i, seed in enumerate(s.seeds):
         stage = stages(steps, losses[i], levels, s.stage, noise)
+        marks[seed] = plateau_marks(stage)
         made_transition = len(stage.plateaus) >= 2
         values = gradient_metrics(steps, stage, grads[i], pop[i])
         if not made_transition:
@@ -151,34 +153,25 @@ def fig6(s: Fig6Settings, ctx: RunContext) -> Metrics:
     )
     ctx.save_csv(curves, "curves.csv")
     ctx.save_csv(refs, "references.csv")
-    plot_loss_and_gradient(curves, levels, ctx, f"Paper C, Fig. 6 — {describe(s, ctx)}")
+    ctx.save_figure(draw(curves, levels, marks, s, ctx.scale))
     return metrics
 
 
-def describe(s: Fig6Settings, ctx: RunContext) -> str:
-    return (
-        f"{ctx.scale} scale: simplified model, S={s.chain.states}, n={s.chain.order}, "
-        f"T={s.training.seq_len}, d_h={s.hidden}, {len(s.seeds)} seeds"
+def draw(
+    curves: pd.DataFrame,
+    levels: np.ndarray,
+    plateaus: Mapping[int, Sequence[PlateauMark]],
+    s: Fig6Settings,
+    scale: str,
+) -> Figure:
+    """Fig. 6 from curves.csv, the levels of references.csv and each seed's plateaus: the
+    test loss on the k-gram levels, the plateaus and transitions F6a reads, and below it the
+    minibatch norm (its running median, whose spike and peak F6b and F6d read) and the
+    population norm (F6c)."""
+    title = (
+        f"Paper C, Fig. 6 — {scale} scale: simplified model, S={s.chain.states}, "
+        f"n={s.chain.order}, T={s.training.seq_len}, d_h={s.hidden}, "
+        f"{drawing.count(len(s.seeds), 'seed')}; "
+        "shaded: the plateaus found and their k-gram orders"
     )
-
-
-def plot_loss_and_gradient(
-    curves: pd.DataFrame, levels: np.ndarray, ctx: RunContext, title: str
-) -> None:
-    """Test loss (left axis, dashed k-gram lines) and gradient norms (right axis) per seed."""
-    seeds = sorted(curves.seed.unique())
-    fig, axes = plotting.figure(1, len(seeds))
-    for ax, seed in zip(axes, seeds, strict=True):
-        part = curves[curves.seed == seed]
-        ax.plot(part.step, part.test_loss, color="tab:blue", label="test loss")
-        kgram_lines(ax, levels)
-        ax.set(xlabel="training iteration", ylabel="test loss (nats)", title=f"seed {seed}")
-        ax.legend(fontsize=6, loc="upper right")
-        twin = ax.twinx()
-        twin.plot(part.step, part.grad_norm, color="tab:red", alpha=0.7, label="minibatch")
-        if "population_grad_norm" in part:
-            twin.plot(part.step, part.population_grad_norm, color="tab:orange", label="population")
-        twin.set(ylabel="gradient norm")
-        twin.legend(fontsize=6, loc="center right")
-    plotting.finish(fig, title)
-    ctx.save_figure(fig)
+    return loss_and_gradient(curves, levels, plateaus, title)

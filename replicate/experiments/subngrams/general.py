@@ -14,16 +14,24 @@ from replicate.experiments.subngrams.stages import masses_of
 
 Embedding = Literal["onehot", "learned"]
 MlpKind = Literal["none", "mup"]
+ReadoutInit = Literal["zero", "normal"]
 
 
 def general_config(
-    states: int, order: int, seq_len: int, embedding: Embedding, mlp: MlpKind
+    states: int,
+    order: int,
+    seq_len: int,
+    embedding: Embedding,
+    mlp: MlpKind,
+    readout: ReadoutInit = "zero",
 ) -> GPTConfig:
     """d = S + T; heads [n-1, 1]; per head Q, Kt, V in R^{d x d} (head_dim = d, value width
     d), heads summed into the residual stream, no 1/sqrt(d) scale, no LayerNorm; all weights
     N(0, 1/d); readout z = X[T-1] W without bias, W zero-initialised (the authors' code of
     Feb. 2025, spec C §2.2). ``mlp = "mup"``: X <- X + MLP(delta) with the authors' muLinear
-    MLP of widths [d, d, d], ReLU, last layer zero-initialised (Fig. 7, spec C §2.3)."""
+    MLP of widths [d, d, d], ReLU, last layer zero-initialised (Fig. 7, spec C §2.3).
+    ``readout = "normal"``: W ~ N(0, 1/d) instead, the authors' models.py from commit 767e22c
+    (4 Apr 2025), the ``code`` reading of Fig. 7 (paper C, App. I.3, leaves it unstated)."""
     d = states + seq_len
     std = 1.0 / math.sqrt(d)
     extra = (
@@ -56,7 +64,7 @@ def general_config(
         std_embedding=std,
         std_linear=std,
         std_residual=std,
-        std_readout=0.0,
+        std_readout=0.0 if readout == "zero" else std,
     )
 
 

@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 from pydantic import Field
 
 from lightning_modules import SequenceBatch
@@ -43,9 +45,9 @@ from lightning_modules.disentangled import DisentangledConfig, EnsembleDisentang
 from lightning_modules.measures import member_gradients, member_norms, population_grad_norm
 from lightning_modules.objectives import LastTokenLawCE
 from lightning_modules.seeding import member_generator
-from replicate import plotting
 from replicate.analysis.kgram import paper_c_kgram_lags
 from replicate.experiments.base import Metrics, RunContext
+from replicate.experiments.subngrams import drawing
 from replicate.experiments.subngrams.common import ChainSettings, expand, fixed_set
 from replicate.settings import PositiveInt, Strict
 from replicate.theory.subngrams import (
@@ -416,44 +418,153 @@ def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
         metrics[f"{key}/grad_norm"] = row.grad_norm
         metrics[f"{key}/noise_floor"] = row.noise_floor
         metrics[f"{key}/loss"] = row.loss
-    _plot(s, table, general, ctx)
+    ctx.save_figure(draw(table, general, first_term, s, ctx.scale))
     return metrics
 
 
-def _plot(s: Thm42Settings, table: pd.DataFrame, general: pd.DataFrame, ctx: RunContext) -> None:
-    fig, axes = plotting.figure(1, len(s.eps) + 2)
+SEQ_LEN_STYLES = ("o:", "s--", "^-", "D-.", "v:", "P--")
+"""Marker and line of the i-th context length T of the grid in Thm. 4.2's panels against c."""
+
+
+def draw(
+    table: pd.DataFrame,
+    general: pd.DataFrame,
+    first_term: pd.DataFrame,
+    s: Thm42Settings,
+    scale: str,
+) -> Figure:
+    """Thm. 4.2's checks from gradients.csv, general.csv and first_term.csv, one panel per
+    question, every norm on a log axis (norms are positive): (a) the gradient at theta_*^k
+    against c with the authors' loss (G2), (b) with the exact cross-entropy (G5: the sqrt(c)
+    factor), (c) at c = `reference_scale` against theta_rand, theta_mid and App. F's Eq. (30)
+    point (G3, F30), (d) along c = T/2 (G4, G7), (e) App. F.1's V2 gradient along c = T/2
+    (F1G), (f) Thm. 4.2's first term along T (Lemma H.6: e^{-Theta(T)}, G6, H6).
+
+    Bars span the norm +- its noise floor, the lower end clipped at the panel's floor; an
+    estimate clipped at 0 (the unbiased estimator of ||E grad L||^2 was negative) is a
+    hollow triangle at its noise floor, an upper bound (`_gradient_panel`); (f)'s band is
+    +- one standard error, its lower edge no lower than half the term."""
+    primary, exact = s.eps[0], s.eps[-1]
     star = table[(table.point == "star") & (table.k >= 2)]
     grid = star[star["T"].isin(s.seq_lens)]
-    for ax, eps in zip(axes, s.eps, strict=False):
-        for (k, seq_len), group in grid[grid.eps == eps].groupby(["k", "T"]):
-            group = group.sort_values("c")
-            _gradient_line(ax, group.c, group, f"θ*^{k}, T={seq_len}")
-        ax.set(xlabel="construction scale c", title=f"loss -Σ y log(f + {eps:g})")
-    diagonal, general_ax = axes[-2], axes[-1]
-    for eps in s.eps:
-        for k in range(2, s.chain.order + 1):
-            diag = _diagonal(star[star.eps == eps], k)
-            _gradient_line(diagonal, diag["T"], diag, f"θ*^{k}, eps={eps:g}")
-    diagonal.set(title="along c = T/2 (Thm. 4.2: vanishes as c = Θ(T) → ∞)")
-    for k, rows in general.groupby("k"):
-        rows = rows.sort_values("T")
-        _gradient_line(general_ax, rows["T"], rows, f"θ*^{k}, eps={s.eps[-1]:g}")
-    general_ax.set(title="App. F.1's general architecture: ∇V2 along c = T/2")
-    for ax in (diagonal, general_ax):
-        ax.set(xlabel="context length T (c = T/2)")
-    for ax in axes:
-        ax.set(xscale="log", ylabel="population gradient norm ||E ∇L||")
-        ax.set_yscale("symlog", linthresh=0.01 if ax is not general_ax else 1.0)
-        ax.legend(fontsize=7)
-    plotting.finish(
-        fig,
-        f"Paper C, Thm. 4.2 — {ctx.scale} scale: gradient norm at θ*^k "
-        f"(S={s.chain.states}, n={s.chain.order}, N={s.sequences}, M={s.chunks}; k=1 is 0; "
-        "error bars: noise floor)",
+    fig, axes = drawing.figure(2, 3, width=4.7, height=3.5)
+    lengths = sorted(s.seq_lens)
+    for panel, (eps, name) in enumerate(((primary, "the authors' loss"), (exact, "exact CE"))):
+        series = [
+            (group.sort_values("c"), "c", f"{_star(k)}, T={seq_len}", drawing.level_color(k),
+             SEQ_LEN_STYLES[lengths.index(seq_len) % len(SEQ_LEN_STYLES)])
+            for (k, seq_len), group in grid[grid.eps == eps].groupby(["k", "T"])
+        ]  # fmt: skip
+        _gradient_panel(axes[panel], series)
+        axes[panel].set(
+            xlabel="construction scale c",
+            title=f"({'ab'[panel]}) {name}: −Σ y log(f + {eps:g})",
+        )
+    c_ref = s.reference_scale
+    at_ref = table[(table.eps == primary) & (table.c == c_ref) & table["T"].isin(s.seq_lens)]
+    others = {
+        "rand": (r"$\theta_{rand}$ (random init.)", "black"),
+        "mid": (r"$\theta_{mid}$", "0.5"),
+        "f30": ("App. F, Eq. (30)", "tab:green"),
+    }
+    series = [
+        (at_ref[(at_ref.point == "star") & (at_ref.k == k)].sort_values("T"), "T", _star(k),
+         drawing.level_color(k), "o-")
+        for k in range(2, s.chain.order + 1)
+    ]  # fmt: skip
+    rand = table[(table.point == "rand") & (table.eps == primary)].sort_values("T")
+    series += [(rand, "T", *others["rand"], "o:")]
+    series += [
+        (at_ref[at_ref.point == point].sort_values("T"), "T", *others[point], "s--")
+        for point in ("mid", "f30")
+    ]
+    _gradient_panel(axes[2], series)
+    axes[2].set(
+        xlabel="context length T",
+        title=rf"(c) the authors' loss at c = {c_ref:g}: $\theta_*^k$ against others",
     )
-    ctx.save_figure(fig)
+    series = [
+        (_diagonal(star[star.eps == eps], k), "T", f"{_star(k)}, ε = {eps:g}",
+         drawing.level_color(k), "o-" if eps == exact else "s--")
+        for eps in s.eps
+        for k in range(2, s.chain.order + 1)
+    ]  # fmt: skip
+    _gradient_panel(axes[3], series)
+    axes[3].set(
+        xlabel="context length T (c = T/2)", title="(d) along c = T/2: vanishes as c = Θ(T) → ∞"
+    )
+    series = [
+        (rows.sort_values("T"), "T", f"{_star(k)}, ε = {exact:g}", drawing.level_color(k), "o-")
+        for k, rows in general.groupby("k")
+    ]
+    _gradient_panel(axes[4], series)
+    axes[4].set(
+        xlabel="context length T (c = T/2)",
+        ylabel=r"population gradient norm w.r.t. $V_2$",
+        title="(e) App. F.1's general architecture: ∇ w.r.t. V2",
+    )
+    ax = axes[5]
+    for k, rows in first_term.groupby("k"):
+        rows = rows.sort_values("T")
+        color = drawing.level_color(int(k))
+        low = np.maximum(rows.sq_error - rows["sem"], rows.sq_error * 0.5)
+        ax.fill_between(rows["T"], low, rows.sq_error + rows["sem"], color=color, alpha=0.2)
+        ax.plot(rows["T"], rows.sq_error, "o-", color=color, label=f"k = {k}")
+    ax.set(
+        yscale="log",
+        xlabel=r"context length T (linear: $e^{-\Theta(T)}$ is a straight line)",
+        ylabel=r"$E\,\|p_\tau(\cdot|$suffix$) - \hat p_k\|^2$",
+        title="(f) Thm. 4.2's first term (Lemma H.6), ± s.e.",
+    )
+    ax.legend(fontsize=7, loc="upper right")
+    for ax in axes[:5]:
+        _value_ticks(ax)
+        drawing.legend_below(ax, ncol=2)
+    title = (
+        f"Paper C, Thm. 4.2 — {scale} scale: population-gradient norm at $\\theta_*^k$ "
+        f"(S={s.chain.states}, n={s.chain.order}, N={s.sequences} sequences in M={s.chunks} "
+        "chunks; $\\theta_*^1$'s is 0); "
+        "bars: ± the noise floor; ▽: an estimate ≤ 0, drawn at its noise floor"
+    )
+    return drawing.finish(fig, title)
 
 
-def _gradient_line(ax: Axes, x: pd.Series, rows: pd.DataFrame, label: str) -> None:
-    """Gradient norms against ``x`` with the noise floor as error bars."""
-    ax.errorbar(x, rows.grad_norm, yerr=rows.noise_floor, marker="o", capsize=2, label=label)
+def _star(k: int) -> str:
+    return rf"$\theta_*^{{{k}}}$"
+
+
+def _value_ticks(ax: Axes) -> None:
+    """A log-2 x axis ticked at the values its lines are drawn at (c or T)."""
+    values = sorted({float(x) for line in ax.get_lines() for x in line.get_xdata()})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(values, labels=[f"{x:g}" for x in values])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _gradient_panel(ax: Axes, series: list[tuple[pd.DataFrame, str, str, str, str]]) -> None:
+    """Population-gradient norms on a log axis, one line per (rows, x column, label, colour,
+    format) of ``series``; bars span the norm +- its noise floor, clipped below at a floor
+    under every positive value drawn (1e-6 without one); an estimate <= 0 is a hollow
+    triangle at its noise floor (the norm is below the noise)."""
+    columns = ["grad_norm", "noise_floor"]
+    values = np.concatenate([rows[columns].to_numpy().ravel() for rows, *_ in series])
+    positive = values[values > 0]
+    floor = 0.3 * positive.min() if positive.size else 1e-6
+    for rows, x, label, color, style in series:
+        at = rows[x].to_numpy(float)
+        norm, noise = rows.grad_norm.to_numpy(), rows.noise_floor.to_numpy()
+        up = norm > 0
+        ax.plot(at, np.where(up, norm, np.nan), style, color=color, markersize=4, label=label)
+        low = norm[up] - np.maximum(norm[up] - noise[up], floor)
+        ax.errorbar(at[up], norm[up], yerr=[low, noise[up]], fmt="none", ecolor=color,
+                    elinewidth=0.8, capsize=2, alpha=0.8)  # fmt: skip
+        ax.plot(
+            at[~up],
+            np.maximum(noise[~up], floor),
+            "v",
+            color=color,
+            markerfacecolor="none",
+            markersize=6,
+        )
+    ax.set(yscale="log", ylabel="population gradient norm ‖E ∇L‖")
+    ax.set_ylim(bottom=floor)

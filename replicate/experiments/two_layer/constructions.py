@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.ticker import NullFormatter
 from pydantic import Field
 
 from replicate import plotting
@@ -344,6 +345,29 @@ def _ungated_metrics(frame: pd.DataFrame, u: UngatedSettings) -> Metrics:
     return metrics
 
 
+def coinciding_curves(
+    worst: pd.DataFrame,
+) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
+    """The max-error curves over c of the constructions of one order, those that coincide on
+    a log scale (within 0.1 %, errors floored at 1e-17) drawn once: (constructions, c, error)."""
+    curves: list[tuple[list[str], np.ndarray, np.ndarray]] = []
+    for kind, g in worst.groupby("construction", sort=False):
+        c, error = g.c.to_numpy(), g.max_error.clip(lower=1e-17).to_numpy()
+        same = next(
+            (
+                curve
+                for curve in curves
+                if np.array_equal(curve[1], c) and np.allclose(curve[2], error, rtol=1e-3, atol=0)
+            ),
+            None,
+        )
+        if same is None:
+            curves.append(([str(kind)], c, error))
+        else:
+            same[0].append(str(kind))
+    return curves
+
+
 def _plot(
     frame: pd.DataFrame,
     ungated: pd.DataFrame,
@@ -355,24 +379,30 @@ def _plot(
     fig, axes = plotting.figure(1, 3)
     f64 = frame[(frame.dtype == "float64") & (frame["T"] == max(s.lengths))]
     worst = f64.groupby(["construction", "order", "c"], as_index=False).max_error.max()
-    for (kind, k), g in worst.groupby(["construction", "order"]):
-        axes[0].loglog(g.c, g.max_error.clip(lower=1e-17), "o-", label=f"{kind}, k = {k}")
+    for k, g in worst.groupby("order"):
+        for kinds, c, error in coinciding_curves(g):
+            shared = "all" if len(kinds) == len(GATED) else ", ".join(kinds)
+            axes[0].loglog(c, error, "o-", label=f"k = {k}: {shared}")
     axes[0].axhline(1e-6, color="black", linestyle=":", label="D-CON-1 bound 1e-6")
+    states = ", ".join(map(str, s.states))
     axes[0].set(
-        title=f"(a) max |Pr - p_hat_k| vs temperature c (T = {max(s.lengths)}, S in {s.states})",
+        title=f"(a) {', '.join(GATED)}: max |Pr - p_hat_k| "
+        f"(T = {max(s.lengths)}, S in {{{states}}})",
         xlabel="temperature c",
         ylabel="max error (floored at 1e-17)",
     )
-    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].legend(fontsize=7, loc="lower left")
     for k, g in ungated.groupby("order"):
         axes[1].loglog(g["T"], g.mean_error, "o-", label=f"mean, k = {k}")
         axes[1].loglog(g["T"], g.max_error, "s:", label=f"max, k = {k}")
     axes[1].axhline(0.02, color="black", linestyle=":", label="D-CON-5 bound 0.02 (k = 2)")
     axes[1].set(
-        title=f"(b) ungated (LN after Q/K) variant: biased k-gram, c = {s.ungated.temperature:g}",
+        title=f"(b) ungated (LN after Q/K) variant, c = {s.ungated.temperature:g}",
         xlabel="sequence length T",
         ylabel="error vs p_hat_k",
     )
+    axes[1].set_xticks(s.ungated.lengths, labels=[str(n) for n in s.ungated.lengths])
+    axes[1].xaxis.set_minor_formatter(NullFormatter())
     axes[1].legend(fontsize=7)
     t = s.temperature
     grid = scan[scan.grid]
@@ -392,6 +422,7 @@ def _plot(
     axes[2].legend(fontsize=6)
     plotting.finish(
         fig,
-        f"Paper D, Sec. 3-4 / App. A-B constructions ({ctx.scale} scale, C = {s.big:g})",
+        f"Paper D, Sec. 3-4 / App. A-B constructions ({ctx.scale} scale): c is the temperature, "
+        f"C = {s.big:g} the layer-1 window constant (every panel)",
     )
     ctx.save_figure(fig)

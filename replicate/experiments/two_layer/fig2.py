@@ -1,7 +1,9 @@
 """Paper D, Fig. 2 (Sec. 4 Note): the layer-1 attention is monotone along the first k lower
 diagonals, then about zero.
 
-Reads the models trained by `two_layer_maps`. Per order k and seed: the diagonal masses
+Reads the models trained by `two_layer_maps`, and whether each was still learning when its
+training stopped (``k<k>/seed<s>/still_falling``, copied for the claims' `converged`). Per
+order k and seed: the diagonal masses
 a-bar_m of the layer-1 attention over ``sequences`` evaluation sequences (rows n in
 [2k+1, T]), the checks D-F2-1..3 (spec D §5.3), and the construction's pattern 3^m / Z on
 m in [1, k] drawn beside them (a diagnostic: any digit-decodable weights work).
@@ -9,15 +11,19 @@ m in [1, k] drawn beside them (a diagnostic: any digit-decodable weights work).
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from replicate import plotting
+from replicate import io, plotting
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
 from replicate.experiments.two_layer.darch import eval_set
 from replicate.experiments.two_layer.maps import load_shared, order_source
 from replicate.experiments.two_layer.statistics import layer1_checks, map_stats
+from replicate.params import METRICS_FILE
 from replicate.settings import PositiveInt, Strict
 from replicate.theory.two_layer.constructions import triadic_normaliser
 
@@ -30,6 +36,9 @@ class Fig2Settings(Strict):
 def fig2(s: Fig2Settings, ctx: RunContext) -> Metrics:
     """D-F2-1..3 for every order the upstream trained."""
     up, models = load_shared(ctx)
+    upstream = io.read_json_object(
+        Path(ctx.out_dir).parent / str(ctx.entry.upstream) / METRICS_FILE
+    )
     metrics: Metrics = {}
     rows = []
     fig, axes = plotting.figure(2, len(models), width=4.4, height=3.8)
@@ -40,6 +49,8 @@ def fig2(s: Fig2Settings, ctx: RunContext) -> Metrics:
         for seed, abar, check in zip(up.seeds, stats.abar, checks, strict=True):
             rows += [{"order": k, "seed": seed, "m": m, "abar": abar[m]} for m in range(abar.size)]
             metrics.update({f"k{k}/seed{seed}/{name}": v for name, v in check.items()})
+            falling = f"k{k}/seed{seed}/still_falling"  # the models' training, for `converged`
+            metrics[falling] = math.nan if upstream[falling] is None else upstream[falling]
         frame = pd.DataFrame(checks)
         metrics[f"k{k}/frac_topk"] = float(frame.topk.mean())
         metrics[f"k{k}/min_ratio"] = float(frame.ratio.min())

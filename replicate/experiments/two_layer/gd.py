@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.ticker import NullFormatter
 from pydantic import Field
 
 from replicate import plotting
@@ -153,6 +154,8 @@ def _plot(
     axes[2].set(
         title="(c) Thm 5 / Thm C: error vs T", xlabel="sequence length T", ylabel="nats / TV"
     )
+    axes[2].set_xticks(s.lengths, labels=[str(n) for n in s.lengths])
+    axes[2].xaxis.set_minor_formatter(NullFormatter())
     axes[2].legend(fontsize=8)
     plotting.finish(
         fig,

@@ -2,24 +2,27 @@
 
 This experiment trains the models every other trained item of paper D reuses (`models.pt`:
 one ensemble of seeds per order; the k = 2 one is the shared model of Fig. 1, Fig. 2, Table 2,
-the eps = 0 point of Tables 3/4 and the bit table, spec D §6). Per order it draws the four
-H.1 figures (layer-1 average, layer-1 single sequence, layer-2 average, layer-2 single
-sequence; each as model / pseudo map / |difference|) and measures the layer-1 diagonal
-masses and the layer-2 matched mass (spec D §5.4).
+the eps = 0 point of Tables 3/4 and the bit table, spec D §6). Per order it draws the H.1
+figures (layer-1 average and single sequence; layer-2 average and single sequence, each as
+model / pseudo map / |difference|; the test loss) and measures the layer-1 diagonal masses
+and the layer-2 matched mass (spec D §5.4), each also per seed.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from pydantic import Field
 
 from replicate import plotting
-from replicate.analysis import kgram_estimate, next_token_nll, order_lags
+from replicate.analysis import kgram_estimate, next_token_nll, order_lags, still_falling
 from replicate.chunking import select_members
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.base import Metrics, RunContext
@@ -44,6 +47,16 @@ class OrderRun(Strict):
     step_scale: float = Field(gt=0.0)  # steps = round(step_scale * training.steps)
 
 
+class ConvergenceSettings(Strict):
+    """Whether a seed was still learning when its run stopped (`still_falling`): the slope
+    of the test loss over the last ``fraction`` of the steps, below zero by more than ``z``
+    standard errors and by at least ``min_drop`` nats across that window."""
+
+    fraction: Annotated[float, Field(gt=0.0, le=1.0)]
+    z: Annotated[float, Field(gt=0.0)]
+    min_drop: Annotated[float, Field(ge=0.0)]
+
+
 class MapsSettings(Strict):
     states: PositiveInt
     orders: list[OrderRun] = Field(min_length=1)
@@ -53,6 +66,7 @@ class MapsSettings(Strict):
     training: TrainingSettings
     optim: ClippedOptimSettings
     evaluation_set: EvalSettings
+    convergence: ConvergenceSettings
 
     def order_training(self, order: int) -> TrainingSettings:
         """The training of order ``order``'s models: ``training`` with its steps scaled by
@@ -114,6 +128,24 @@ def summary_metrics(frame: pd.DataFrame, prefix: str) -> Metrics:
     }
 
 
+def seed_metrics(frame: pd.DataFrame, prefix: str) -> Metrics:
+    """Per seed (keys ``<prefix>/seed<s>/...``), the values whose worst case over seeds
+    `summary_metrics` gives the claims of App. H.1: the excess over the Laplace (Bayes)
+    excess, its z score, and the layer-2 matched mass over chance and over the shifted maps;
+    the claims' per-seed verdicts and seed range read them."""
+    values = {
+        "excess_minus_laplace": frame.excess_minus_laplace,
+        "floor_z": frame.floor_z,
+        "l2/mm_minus_chance": frame.mm - frame.mm_chance,
+        "l2/mm_minus_shifted": frame.mm - frame.mm_shifted,
+    }
+    return {
+        f"{prefix}/seed{seed}/{name}": float(column.iloc[i])
+        for name, column in values.items()
+        for i, seed in enumerate(frame.seed)
+    }
+
+
 @dataclass
 class OrderTraining:
     """One order's trained seeds: their models, test set (shared by the seeds), test-loss
@@ -171,11 +203,18 @@ def maps(s: MapsSettings, ctx: RunContext) -> Metrics:
         )
         frames.append(frame)
         metrics.update(summary_metrics(frame, f"k{k}"))
+        metrics.update(seed_metrics(frame, f"k{k}"))
         test = trained.test_tokens
         floor = float(
             next_token_nll(kgram_estimate(test, order_lags(k), s.states, alpha=1.0), test).mean()
         )
         for e, seed in enumerate(s.seeds):
+            falling = still_falling(
+                trained.eval_steps, trained.test_loss[e], **s.convergence.model_dump()
+            )
+            metrics[f"k{k}/seed{seed}/still_falling"] = (
+                math.nan if falling is None else float(falling)
+            )
             curves.append(
                 pd.DataFrame(
                     {
@@ -186,45 +225,44 @@ def maps(s: MapsSettings, ctx: RunContext) -> Metrics:
                     }
                 )
             )
-        _plot_order(k, stats, data.tokens, floor, curves[-len(s.seeds) :], ctx)
+        order_curves = pd.concat(curves[-len(s.seeds) :], ignore_index=True)
+        fig = order_figure(k, s.states, stats, data.tokens, floor, order_curves, ctx.scale)
+        ctx.save_figure(fig, f"maps_k{k}")
     ctx.save_torch({"seeds": s.seeds, "models": states}, "models.pt")
     ctx.save_csv(pd.concat(frames, ignore_index=True), "members.csv")
     ctx.save_csv(pd.concat(curves, ignore_index=True), "curves.csv")
     return metrics
 
 
-def _plot_order(
+def order_figure(
     order: int,
+    states: int,
     stats: MapStats,
     tokens: torch.Tensor,
     floor: float,
-    curves: list[pd.DataFrame],
-    ctx: RunContext,
-) -> None:
-    """App. H.1 figures of one order (seed 0): four rows of (model, pseudo, |diff|), plus
-    the test-loss curves."""
-    fig, axes = plotting.figure(5, 3, width=4.2, height=3.8)
+    curves: pd.DataFrame,
+    scale: str,
+) -> Figure:
+    """App. H.1 figure of one order (seed 0): the layer-1 maps (mean over sequences and one
+    sequence; the paper draws no pseudo map for layer 1, App. H.1), the test-loss curves,
+    and the layer-2 maps as (model, pseudo, |diff|), mean and one sequence. The one sequence
+    is `plots.shown_sequence` of the map sequences (at ci the first is constant for k = 2)."""
+    fig, axes = plotting.figure(3, 3, width=4.2, height=3.8)
     first, last = stats.first[0].numpy(), stats.last[0].numpy()
     pseudo = stats.pseudo.numpy()
-    seq = tokens[0, :-1].numpy()
-    rows = (
-        ("layer 1, mean over sequences", first.mean(0), pseudo.mean(0), None),
-        ("layer 1, one sequence", first[0], pseudo[0], seq),
-        ("layer 2, mean over sequences", last.mean(0), pseudo.mean(0), None),
-        ("layer 2, one sequence", last[0], pseudo[0], seq),
-    )
-    for r, (label, att, ps, toks) in enumerate(rows):
-        plots.triptych(axes[3 * r : 3 * r + 3], att, ps, label, toks)
-    frame = pd.concat(curves, ignore_index=True)
-    plots.curves_panel(axes[12], frame, "order", f"test loss, order {order}", floor)
-    for ax in axes[13:]:
-        ax.set_axis_off()
+    shown = plots.shown_sequence(tokens[: pseudo.shape[0], :-1].numpy(), states)
+    seq = tokens[shown, :-1].numpy()
+    plots.map_panel(axes[0], first.mean(0), "layer 1, mean over sequences: model")
+    plots.map_panel(axes[1], first[shown], f"layer 1, sequence {shown}: model")
+    plots.curves_panel(axes[2], curves, f"test loss, order {order}", floor)
+    plots.triptych(axes[3:6], last.mean(0), pseudo.mean(0), "layer 2, mean over sequences", None)
+    plots.triptych(axes[6:9], last[shown], pseudo[shown], f"layer 2, sequence {shown}", seq)
     plotting.finish(
         fig,
         f"Paper D, App. H.1 — order k = {order}, two-layer single-head model, seed 0 "
-        f"({ctx.scale} scale; layer-1 pseudo/diff panels are not meaningful, as the paper notes)",
+        f"({scale} scale)\n{plots.shown_rule(states)}; the paper draws no pseudo map for layer 1",
     )
-    ctx.save_figure(fig, f"maps_k{order}")
+    return fig
 
 
 def load_shared(ctx: RunContext) -> tuple[MapsSettings, dict[int, torch.nn.Module]]:

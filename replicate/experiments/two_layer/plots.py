@@ -33,8 +33,25 @@ def triptych(
     map_panel(axes[2], np.abs(att - pseudo), f"{label}: |difference|", colorbar=True)
 
 
-def curves_panel(ax: Axes, curves: pd.DataFrame, hue: str, title: str, floor: float) -> None:
-    """Test-loss curves with the Bayes (Laplace) loss as reference."""
-    plotting.loss_curves(ax, curves, hue=hue, title=title)
+def shown_sequence(tokens: np.ndarray, states: int) -> int:
+    """The sequence of (B, T) input ``tokens`` drawn as "one sequence": the first in which
+    every symbol fills at least 1 / (2S) of the T inputs, else the most balanced one. A
+    near-constant sequence (at ci, the first evaluation sequence of order 2 is all zeros)
+    matches every context, so its pseudo map (paper D, App. H.1) carries nothing."""
+    counts = np.stack([(tokens == s).sum(-1) for s in range(states)]).min(0)
+    enough = np.flatnonzero(counts >= tokens.shape[-1] / (2 * states))
+    return int(enough[0]) if enough.size else int(counts.argmax())
+
+
+def shown_rule(states: int) -> str:
+    """How `shown_sequence` chose the drawn sequence, for a figure's title."""
+    return f"one sequence: the first with every symbol in >= 1/{2 * states} of its inputs"
+
+
+def curves_panel(ax: Axes, curves: pd.DataFrame, title: str, floor: float) -> None:
+    """Test-loss curves, one colour per order (labelled k = ...), with the Bayes (Laplace)
+    loss as reference."""
+    labelled = curves.assign(order=[f"k = {k}" for k in curves.order])
+    plotting.loss_curves(ax, labelled, hue="order", title=title)
     plotting.reference_line(ax, floor, "Laplace-k (Bayes) loss", "target")
     ax.legend(fontsize=7)

@@ -5,7 +5,7 @@ Derived from Table 3 (`two_layer_table3`): the models of the noisy levels are tr
 as the shared model of the order was (its settings, which `table3` recorded in
 `table3.json`), with Table 3's seeds; the eps = 0 row is Table 3's (the shared model of
 `two_layer_maps` on the clean evaluation set), and D-T4-2 compares this table's gaps with
-Table 3's (the same file, full precision) at equal eps.
+Table 3's (the same file, full precision) at equal eps, also seed by seed.
 
 Reference: the clean-source L_true of spec D §5.7/§5.8, as in Table 3. The alternatives are
 written to the CSV: P on the observed noisy context, and the exact law of the observed
@@ -31,6 +31,7 @@ from replicate.experiments.two_layer.table3 import (
     gap_panel,
     gap_row,
     noisy_levels,
+    seed_table_metrics,
     table_metrics,
 )
 from replicate.markov.incontext import true_next_token_nll
@@ -44,8 +45,9 @@ def _marginal_gap(model: torch.nn.Module, members: list[int], data: EvalSet, eps
     return float((nll - marginal.mean(-1)).mean())
 
 
-def _upstream(ctx: RunContext, s: NoiseSettings) -> tuple[MapsSettings, pd.DataFrame]:
-    """Table 3's settings check, the shared model's settings and Table 3's rows."""
+def _upstream(ctx: RunContext, s: NoiseSettings) -> tuple[MapsSettings, pd.DataFrame, pd.DataFrame]:
+    """Table 3's settings check, the shared model's settings, Table 3's rows and its
+    per-seed values."""
     directory = Path(ctx.out_dir).parent / str(ctx.entry.upstream)
     t3 = hp.upstream_settings(ctx, NoiseSettings)
     if (t3.order, t3.levels, t3.seeds) != (s.order, s.levels, s.seeds):
@@ -55,25 +57,34 @@ def _upstream(ctx: RunContext, s: NoiseSettings) -> tuple[MapsSettings, pd.DataF
             "equal eps, and the eps = 0 row is Table 3's"
         )
     saved = json.loads((directory / "table3.json").read_text())
-    return MapsSettings.model_validate(saved["maps_settings"]), pd.DataFrame(saved["rows"])
+    return (
+        MapsSettings.model_validate(saved["maps_settings"]),
+        pd.DataFrame(saved["rows"]),
+        pd.DataFrame(saved["seeds"]),
+    )
 
 
 def table4(s: NoiseSettings, ctx: RunContext) -> Metrics:
-    """D-T4-1..3, and D-T4-2 against Table 3."""
-    up, t3 = _upstream(ctx, s)
+    """D-T4-1..3, and D-T4-2 against Table 3 (each also per seed)."""
+    up, t3, t3_seeds = _upstream(ctx, s)
     # eps = 0: Table 3's row of the shared model; there (1 - 0) P + 0 / S = P, so the
     # marginal reference equals "P on the noisy context".
     clean = t3[t3.eps == 0.0].assign(kind="perturbation")
     rows = [clean.assign(gap_marginal=clean.gap_P_on_noisy).iloc[0].to_dict()]
+    seed_rows = t3_seeds[t3_seeds.eps == 0.0].to_dict("records")
     model, levels = noisy_levels(up, s, "perturbation", ctx)
     for eps, members, data in levels:
-        row = gap_row(model, members, data, "perturbation", eps, s.map_sequences)
+        row, per_seed = gap_row(model, members, s.seeds, data, "perturbation", eps, s.map_sequences)
         rows.append({**row, "gap_marginal": _marginal_gap(model, members, data, eps)})
-    frame = pd.DataFrame(rows)
-    metrics = table_metrics(frame, "t4")
+        seed_rows += per_seed
+    frame, seeds = pd.DataFrame(rows), pd.DataFrame(seed_rows)
+    metrics = table_metrics(frame, "t4") | seed_table_metrics(seeds, "t4")
     sub, per = t3.set_index("eps"), frame.set_index("eps")
     for eps in s.levels:
         metrics[f"t3_minus_t4/eps{eps:g}"] = float(sub.gap[eps] - per.gap[eps])
+    both = t3_seeds.merge(seeds, on=["eps", "seed"], suffixes=("_t3", "_t4"))
+    for row in both[both.eps > 0.0].itertuples():
+        metrics[f"t3_minus_t4/seed{row.seed}/eps{row.eps:g}"] = float(row.gap_t3 - row.gap_t4)
     ctx.save_csv(frame, "table4.csv")
     _plot(frame, t3, s, up.order_training(s.order).steps, ctx)
     return metrics
@@ -93,6 +104,7 @@ def _plot(
         frame,
         "(b) rejected references (spec D §5.8)",
         f"Paper D, Table 4 — transition perturbation, order {s.order} ({ctx.scale} scale; "
-        f"every eps {steps} steps, seeds {s.seeds}; eps = 0: the shared model)",
+        f"every eps {steps} steps, seeds {', '.join(map(str, s.seeds))}; "
+        "eps = 0: the shared model)",
         ctx,
     )
