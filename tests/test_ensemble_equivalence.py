@@ -220,6 +220,7 @@ def test_orders_trained_as_one_ensemble_equal_their_own_trainings() -> None:
                   "schedule": "onecycle_cosine", "pct_start": 0.02, "div_factor": 100.0,
                   "final_div_factor": 0.05, "clip_norm": 1.0},
         "evaluation_set": {"sequences": 4, "seed": 5, "map_sequences": 2},
+        "convergence": {"fraction": 0.3333, "z": 3.0, "min_drop": 0.005},
     }  # fmt: skip
     ctx = SimpleNamespace(label=lambda text: text, progress=False)
     orders = [{"order": 1, "step_scale": 2.0}, {"order": 2, "step_scale": 1.0}]

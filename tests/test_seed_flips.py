@@ -126,6 +126,10 @@ def synthetic_metrics(claim_list: list[Claim], classes: dict[int, RunClass]) -> 
     for claim in claim_list:
         if claim.per_seed is not None:
             metrics[claim.experiment].update(_per_seed_values(claim, classes))
+        if claim.converged is not None:  # every run settled at its end
+            metrics[claim.experiment].update(
+                {key: 0.0 for key, _ in _keys(claim.converged.pattern)}
+            )
     for name, tag, summarise in (
         (FIG3, r"p[0-9.]+_q[0-9.]+", _fig3_groups),
         (FIG5, r"p[0-9.]+", _fig5_groups),
