@@ -39,7 +39,7 @@ def cited_value_text(value: float | None) -> str:
 
 def render(text: str, values: Mapping[str, float | None] | None) -> str:
     """``text`` with each ``[[key]]`` replaced by its recorded value, or by
-    ``[[key]]: not recorded`` where no recording holds it."""
+    ```key` (not recorded)`` where no recording holds it."""
 
     def value_of(match: re.Match[str]) -> str:
         key = match.group(1)
