@@ -1,7 +1,7 @@
 # markov-replicate workflow. Every rule is generated from params.yaml (validated by
 # replicate.config); nothing here restates a setting, a resource request included.
 #   snakemake fig3                                   Figure 3 of every paper (ci scale)
-#   snakemake attn_markov_fig3 --config scale=paper
+#   snakemake attn_markov_fig3 --config scale=paper  into results/paper/ (ci: results/ci/)
 #   snakemake claims                                 evaluate every claim; fail on a surprise
 #   snakemake --profile profiles/slurm ...           the same DAG as SLURM jobs
 #   snakemake --report report.zip                    figures, captions and claims for a reviewer
@@ -16,12 +16,12 @@ from snakemake.utils import update_config
 from replicate.claim_files import load_claims
 from replicate.claims import input_files
 from replicate.config import DEFAULT_PARAMS, load_params, read_params_file
-from replicate.experiments import code_dependencies
-from replicate.params import ConfigError, ResourceRequest, value_at
+from replicate.params import ConfigError, ResourceRequest, logs_dir, value_at
 from replicate.report import captions, claims_caption, console_summary, stored_records
-from replicate.verdicts import CLAIMS_FILE, REPORT_FILE, verdict_summary_paths
+from replicate.verdicts import ClaimsOutputs
 from replicate.plan import critical_path_seconds, expected_seconds, read_resources
 from replicate.record import record_in_dvc
+from replicate.sources import CODE_ROOT, claims_sources, experiment_digest, source_digest
 
 report: "report/workflow.rst"
 
@@ -40,7 +40,12 @@ except ConfigError as exc:
 SCALE = PARAMS.scale
 EXPERIMENTS = PARAMS.experiments
 THREADS = PARAMS.raw.runtime.threads
-PY = f"{sys.executable} -m replicate --scale {SCALE}"
+LOGS = str(logs_dir(SCALE))
+# The interpreter is filled in when a job runs ({PYTHON}): a rule's code, which Snakemake
+# compares with the one that made its outputs, then does not change with where the checkout
+# or its environment lies, and a moved or copied checkout retrains nothing.
+PYTHON = sys.executable
+PY = "{PYTHON} -m replicate --scale " + SCALE
 # The cost plan's requests (`python -m replicate plan`, profiles/slurm/planned-<scale>.yaml)
 # stand in for cluster.resources where written; an experiment's own block still wins.
 PLANNED = read_resources(SCALE)
@@ -64,17 +69,17 @@ def values_of(keys):
 
 
 def outputs_of(names):
-    return [str(path) for name in names for path in EXPERIMENTS[name].output_paths]
+    return [str(path) for name in names for path in PARAMS.output_paths(name)]
 
 
-CLAIMS_OUTPUTS = [str(p) for p in (CLAIMS_FILE, REPORT_FILE, *verdict_summary_paths())]
+CLAIMS_OUTPUTS = [str(p) for p in ClaimsOutputs(SCALE).paths()]
 
 
 # Snakemake renders a caption with the workflow's config alone: what the captions show
 # (report/experiment.rst, report/claims.rst) is added to it, escaped for reStructuredText:
 # per experiment its title, source and claims with the expected verdicts and the measured
-# ones of results/claims.json; and the measured verdicts' counts.
-STORED, STORED_PROBLEM = stored_records()
+# ones of the scale's claims.json; and the measured verdicts' counts.
+STORED, STORED_PROBLEM = stored_records(SCALE)
 config["report_captions"] = captions(PARAMS, CLAIMS.claims, STORED)
 config["report_verdicts"] = claims_caption(STORED, STORED_PROBLEM)
 
@@ -108,9 +113,9 @@ rule all:
         CLAIMS_OUTPUTS,
     default_target: True
     log:
-        "logs/all.log",
+        f"{LOGS}/all.log",
     shell:
-        f"{PY} check > {{log}} 2>&1"
+        PY + " check > {log} 2>&1"
 
 
 for exp_name, exp in EXPERIMENTS.items():
@@ -119,16 +124,15 @@ for exp_name, exp in EXPERIMENTS.items():
         name:
             exp_name
         input:
-            code_dependencies(exp.paper),
             outputs_of([PARAMS.upstream_of(exp_name)] if exp.upstream else []),
         output:
-            [for_report(exp_name, p) for p in exp.output_paths],
+            [for_report(exp_name, p) for p in PARAMS.output_paths(exp_name)],
         log:
-            f"logs/{exp_name}.log",
+            f"{LOGS}/{exp_name}.log",
         threads: THREADS
-        # Longest chains first (issue 13), so that the last job to finish is a short one:
+        # Longest chains first, so that the last job to finish is a short one:
         # the rule's seconds plus its longest chain of derived rules, from each rule's last
-        # timing (logs/benchmarks/, written by `run`), else from the cost plan.
+        # timing (logs/<scale>/benchmarks/, written by `run`), else from the cost plan.
         priority: round(PRIORITY_SECONDS[exp_name])
         resources:
             **PARAMS.resources(
@@ -139,8 +143,12 @@ for exp_name, exp in EXPERIMENTS.items():
             # when the job runs, i.e. after the loop has moved on to the last experiment.
             name=exp_name,
             inputs=values_of(PARAMS.input_keys(exp_name)),
+            # The code it runs, by meaning: the digest of the syntax trees of the files its
+            # job imports (replicate/sources.py), not their bytes or times, so that a
+            # comment, a reformat or an edit of a module it does not import retrains nothing.
+            code=experiment_digest(exp_name),
         shell:
-            f"{PY} run {{params.name}} > {{log}} 2>&1"
+            PY + " run {params.name} > {log} 2>&1"
 
 
 # Aggregates: one per item name (fig3 = Figure 3 of every paper) and one per paper key.
@@ -158,22 +166,23 @@ rule claims_evaluation:
         # params.yaml whole (the claims step validates every experiment at both scales) and
         # the claims files (the DVC stage has them as deps too, replicate/dvcfile.py).
         [str(path) for path in input_files(PARAMS, CLAIMS)],
-        code_dependencies(None),
         outputs_of(EXPERIMENTS),
     output:
         report(CLAIMS_OUTPUTS[0], caption="report/claims.rst", category="claims"),
         report(CLAIMS_OUTPUTS[1], caption="report/claims.rst", category="claims"),
         CLAIMS_OUTPUTS[2:],
     log:
-        "logs/claims_evaluation.log",
+        f"{LOGS}/claims_evaluation.log",
+    params:
+        code=source_digest(claims_sources(CODE_ROOT), CODE_ROOT),
     threads: 1
     shell:
-        f"{PY} claims > {{log}} 2>&1"
+        PY + " claims > {log} 2>&1"
 
 
 # The targets for the claims list every experiment output as well, as `all` does: Snakemake
 # remakes a deleted file only when a target needs it, not when only the files made from it
-# (the claims) do, so an output deleted since would otherwise go unnoticed (issue 23).
+# (the claims) do, so an output deleted since would otherwise go unnoticed.
 rule claims_report:
     input:
         outputs_of(EXPERIMENTS),
@@ -185,25 +194,26 @@ rule claims:
         outputs_of(EXPERIMENTS),
         CLAIMS_OUTPUTS,
     log:
-        "logs/claims.log",
+        f"{LOGS}/claims.log",
     shell:
-        f"{PY} check > {{log}} 2>&1"
+        PY + " check > {log} 2>&1"
 
 
-# Every run ends with the claims' verdicts (results/claims.json as last written, saying so
+# Every run ends with the claims' verdicts (the scale's claims.json as last written, saying so
 # when an input changed since), the unexpected ones and where REPORT.md is: after the jobs'
 # input lists Snakemake prints, the last lines a console shows, whether the run succeeded
 # (`onsuccess`) or failed (`onerror`, e.g. the claims check).
 def print_verdicts():
     """The last lines of every run: the claims' verdicts, the unexpected ones, REPORT.md."""
     inputs = [*input_files(PARAMS, CLAIMS), *outputs_of(EXPERIMENTS)]
-    print("\n" + "\n".join(console_summary(inputs=[Path(p) for p in inputs])), flush=True)
+    lines = console_summary(SCALE, inputs=[Path(p) for p in inputs])
+    print("\n" + "\n".join(lines), flush=True)
 
 
-# DVC records what Snakemake wrote (issue 11): every stage (a paper, the claims) whose outputs
-# are now current or not written yet goes into dvc.lock, so `dvc status` agrees with
-# `snakemake -n`. A failed or
-# interrupted run records nothing, so that Ctrl-C returns at once (issue 23): the next run's
+# DVC records what Snakemake wrote: every stage (a paper, the claims) of this scale whose
+# outputs are now current or not written yet goes into this scale's dvc.lock, so `dvc status`
+# agrees with `snakemake -n`. A failed or interrupted run records nothing, so that Ctrl-C
+# returns at once: the next run's
 # record, or `python -m replicate record`, commits every stage current by then, the jobs that
 # finished before the failure included.
 onsuccess:

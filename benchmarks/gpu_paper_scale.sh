@@ -10,7 +10,7 @@
 # every named rule at paper scale at once (each its own process; the GPU is shared, so their
 # wall times are upper bounds: read per-rule costs from the plan), each stopped after
 # RUN_SECONDS (its last progress line printed: the step it reached and its rate), then packs
-# results/ and logs/ into $OUT/paper-results.tar.gz. `A+B` runs B after A in one process
+# results/paper/ and logs/paper/ into $OUT/paper-results.tar.gz. `A+B` runs B after A in one process
 # chain (B reads A's outputs). Where no package index is reachable, make pydantic importable
 # first (PYTHONPATH): the GPU image has the project's other dependencies.
 #
@@ -43,7 +43,7 @@ lightning.__version__, torch.cuda.get_device_name())'
     ;;
 run)
     shift
-    mkdir -p logs
+    mkdir -p logs/paper
     start=$SECONDS
     for chain in "$@"; do
         (
@@ -53,17 +53,17 @@ run)
                     echo "== $rule: not started, RUN_SECONDS spent" && continue
                 fi
                 timeout "$left" "$PY" -m replicate run "$rule" --scale paper \
-                    >"logs/$rule.log" 2>&1
+                    >"logs/paper/$rule.log" 2>&1
                 echo "== $rule: exit $? after $((SECONDS - start)) s"
                 # The last progress line: how far a run that was stopped had come, and its rate.
-                tr '\r' '\n' <"logs/$rule.log" | grep 'it/s' | tail -1
+                tr '\r' '\n' <"logs/paper/$rule.log" | grep 'it/s' | tail -1
             done
         ) &
     done
     wait
     # checkpoints/ too: unpacked into the checkout and carried to the next call (`carry`),
     # a stopped rule resumes at its last checkpoint (cluster.checkpoint_every: 500 steps).
-    tar czf "$OUT/paper-results.tar.gz" results logs $([ -d checkpoints ] && echo checkpoints)
+    tar czf "$OUT/paper-results.tar.gz" results/paper logs/paper $([ -d checkpoints ] && echo checkpoints)
     ;;
 *)
     echo "usage: $0 calibrate | run RULE..." >&2

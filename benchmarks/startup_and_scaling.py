@@ -58,7 +58,7 @@ def _cpu_and_wall(command: list[str], cwd: Path) -> tuple[float, float]:
 
 def bench_startup(repeats: int) -> None:
     run = ["--scale", "ci", "run", "attn_markov_table2", "--no-progress"]
-    fig3 = REPO / "results" / "attn_markov" / "fig3" / "provenance.json"
+    fig3 = REPO / "results" / "ci" / "attn_markov" / "fig3" / "provenance.json"
     if not fig3.exists():
         print(f"start-up: skipped ({fig3} missing: run attn_markov_fig3 first)")
         return

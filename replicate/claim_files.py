@@ -38,8 +38,8 @@ from replicate import io
 from replicate.config import read_yaml_file
 from replicate.control_record import CONTROLS_FILE, read_controls
 from replicate.params import PAPERS, SCALES, ConfigError, Params, Scale, format_errors
-from replicate.provenance import code_digest
 from replicate.settings import NonNegativeInt, Strict
+from replicate.sources import paper_digest
 
 RECORDED_FILE = "recorded.json"
 NOT_RECORDED = "not recorded yet: run the claim, then `python -m replicate expect {id}`"
@@ -545,7 +545,7 @@ class PaperCheck(Strict):
     date: str
     cpu: str
     code_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    """`replicate.provenance.code_digest` of the paper at ``commit``: the code that ran."""
+    """`replicate.sources.paper_digest` of the paper at ``commit``: the code that ran."""
     seconds: NonNegativeInt
     """The wall time of the perturbed run (with every paper run alongside)."""
     claims: NonNegativeInt
@@ -714,7 +714,7 @@ def _check_cpu_dependence(
                         f"this repository's history; run `{rerun}` here"
                     )
                 if paper not in digests:
-                    digests[paper] = code_digest(paper)
+                    digests[paper] = paper_digest(paper)
                 if check.code_sha256 != digests[paper]:
                     stale[claim.id] = (
                         f"its cpu_dependent mark rests on {path}: {key}.code_sha256, a stability "

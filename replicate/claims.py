@@ -54,14 +54,11 @@ from replicate.control_record import control_problem, control_status
 from replicate.params import METRICS_FILE, PAPERS, PROVENANCE_FILE, SCALES, Params
 from replicate.provenance import LEARNING, differences, learning_switched_off
 from replicate.verdicts import (
-    CLAIMS_FILE,
-    REPORT_FILE,
     SEED_BOOTSTRAP,
     SEED_RANGE,
-    VERDICTS_DIR,
     ClaimRecord,
+    ClaimsOutputs,
     verdict_summary,
-    verdict_summary_paths,
 )
 
 MIN_BOOTSTRAP_SEEDS = 4
@@ -285,14 +282,15 @@ def _load_outputs(params: Params, root: Path) -> tuple[Outputs, list[str]]:
     line per malformed file (`read_json_object`)."""
     loaded: Outputs = {}
     errors: list[str] = []
-    for name, entry in params.experiments.items():
-        metrics_file = entry.directory / METRICS_FILE
-        provenance_file = entry.directory / PROVENANCE_FILE
+    for name in params.experiments:
+        directory = params.directory(name)
+        metrics_file = directory / METRICS_FILE
+        provenance_file = directory / PROVENANCE_FILE
         try:
             metrics = io.read_json_object(root / metrics_file, metrics_file)
             provenance = io.read_json_object(root / provenance_file, provenance_file)
         except FileNotFoundError as exc:
-            missing = entry.directory / Path(str(exc.filename)).name
+            missing = directory / Path(str(exc.filename)).name
             loaded[name] = (None, f"{missing} not found: run `{name}` first")
             continue
         except io.MalformedFile as exc:
@@ -489,7 +487,7 @@ def evaluate_claim(
     other_recording = claimset.recording(claim, other_scale)
     other = claim.expected[other_scale]  # type: ignore[index]
     tolerance = getattr(claim.tolerance, scale)
-    metrics_file = params.experiment(claim.experiment).directory / METRICS_FILE
+    metrics_file = params.directory(claim.experiment) / METRICS_FILE
     measured = reference = None
     if metrics is not None:
         measured, problem = metric_value(metrics, claim.metric)
@@ -627,13 +625,14 @@ def write_claims(records: list[ClaimRecord], params: Params, root: Path = Path("
     previous files as they were; temporary files a killed earlier run left are removed."""
     rows = [r.to_json() for r in records]
     rendered = report.render_report(records, params, root)
+    outputs = ClaimsOutputs(params.scale)
     summaries = {
         path: verdict_summary(records, paper)
-        for path, paper in zip(verdict_summary_paths(root), PAPERS, strict=True)
+        for path, paper in zip(outputs.summaries(root), PAPERS, strict=True)
     }
-    for directory in {(root / CLAIMS_FILE).parent, root / VERDICTS_DIR}:
+    for directory in {(root / outputs.claims).parent, root / outputs.verdicts_dir}:
         io.remove_stale_temps(directory)
-    io.write_json(root / CLAIMS_FILE, rows)
+    io.write_json(root / outputs.claims, rows)
     for path, summary in summaries.items():
         io.write_json(path, summary)
-    io.write_text(root / REPORT_FILE, rendered)
+    io.write_text(root / outputs.report, rendered)

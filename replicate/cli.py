@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replicate.config import load_params
-from replicate.params import SCALES, ConfigError, Params
+from replicate.params import SCALES, ConfigError, Params, timings_dir
 
 DISTRIBUTION = "markov-replicate"
 """The name in pyproject.toml, whose installed version `--version` prints."""
@@ -156,12 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-TIMINGS_DIR = Path("logs/benchmarks")
-"""Per-experiment timings of the last run (untracked). Written here rather than by
-Snakemake's ``benchmark:``, which Snakemake counts as a rule output: outputs pulled from a DVC
-remote into a fresh clone would look incomplete without the timing file (issue 11)."""
-
-
 def _record_timing(path: Path) -> None:
     """Append this process's wall seconds (from its start), peak memory (MB) and CPU seconds
     as a row in Snakemake's benchmark format (the columns Snakemake's ``benchmark:`` starts
@@ -191,7 +185,7 @@ def _missing_upstream(name: str, params: Params) -> str:
     upstream = params.upstream_of(name)
     if upstream is None:
         return ""
-    missing = [p for p in params.experiment(upstream).output_paths if not p.exists()]
+    missing = [p for p in params.output_paths(upstream) if not p.exists()]
     if not missing:
         return ""
     more = f" (and {len(missing) - 1} more of its outputs)" if len(missing) > 1 else ""
@@ -219,7 +213,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"error: {problem}", file=sys.stderr)
             return 2
         run_experiment(args.experiment, params, progress=not args.no_progress)
-        _record_timing(TIMINGS_DIR / f"{args.experiment}.tsv")
+        _record_timing(timings_dir(params.scale) / f"{args.experiment}.tsv")
         return 0
 
     if args.command == "calibrate":
@@ -255,14 +249,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     from replicate import claims, io, verdicts
 
     params = load_params(args.params, scale=args.scale)
+    outputs = verdicts.ClaimsOutputs(params.scale)
     if args.command == "check":
         # Re-evaluate from the claims files and the metrics rather than trusting a stored file:
         # a claims.json left over from an earlier run must not make the check pass.
         try:
-            stored = verdicts.load_records()
+            stored = verdicts.load_records(params.scale)
         except FileNotFoundError:
             print(
-                f"error: {verdicts.CLAIMS_FILE} is missing; build it with "
+                f"error: {outputs.claims} is missing; build it with "
                 "`python -m replicate claims` (or `snakemake claims`)",
                 file=sys.stderr,
             )
@@ -274,7 +269,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print_errors(errors)
         if [r.to_json() for r in stored] != [r.to_json() for r in records]:
             print(
-                f"error: {verdicts.CLAIMS_FILE} is stale (it differs from a fresh evaluation); "
+                f"error: {outputs.claims} is stale (it differs from a fresh evaluation); "
                 "rebuild it with `python -m replicate claims`",
                 file=sys.stderr,
             )
@@ -298,7 +293,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "list":
         for name, entry in params.experiments.items():
-            outs = ", ".join(str(p) for p in entry.output_paths)
+            outs = ", ".join(str(p) for p in params.output_paths(name))
             print(f"{name}\t{entry.title}\t{outs}")
         return 0
     if args.command == "claims":
@@ -310,7 +305,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         claims.write_claims(records, params)
         bad = verdicts.unexpected(records)
         print(
-            f"wrote {verdicts.CLAIMS_FILE}, {verdicts.REPORT_FILE} and {verdicts.VERDICTS_DIR}/: "
+            f"wrote {outputs.claims}, {outputs.report} and {outputs.verdicts_dir}/: "
             f"{len(records)} claims, {len(bad)} unexpected verdict(s)"
         )
         return 0

@@ -4,7 +4,7 @@ Written by `python -m replicate controls` (`replicate.controls`), read by the cl
 Per scale: the commit, date and CPU of the run, and per claim the control's verdict and
 measured value, whether the claim reads a trained model (`reads_training`), and the digest
 of the claim's definition (`definition_digest`); and per paper the digest of its code
-(`replicate.provenance.code_digest`). A claim whose metric, reference, comparison,
+(`replicate.sources.paper_digest`). A claim whose metric, reference, comparison,
 tolerance or seed aggregation, or whose paper's code, changed since is *stale* until the
 control is run again. A SHA-256 over the rest of each scale's entry (`entry_digest`) is
 checked when the file is read, so an edited record is refused.
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from replicate import io
 from replicate.params import ConfigError, Params
-from replicate.provenance import code_digest
+from replicate.sources import paper_digest
 
 CONTROLS_FILE = "controls.json"
 
@@ -123,7 +123,7 @@ def control_status(
     paper = params.experiment(claim.experiment).paper
     if row is None or row["definition"] != definition_digest(claim):
         return STALE, None
-    if entry["code"].get(paper) != code_digest(paper):
+    if entry["code"].get(paper) != paper_digest(paper):
         return STALE, None
     return row["verdict"], row["measured"]
 

@@ -26,7 +26,8 @@ from replicate.control_record import (
 )
 from replicate.expect import clean_commit
 from replicate.params import PAPERS, Params
-from replicate.provenance import LEARNING_ENV, code_digest
+from replicate.provenance import LEARNING_ENV
+from replicate.sources import paper_digest
 from replicate.stability import Perturbation, cpu_model, run_suite
 
 LEARNING_OFF = Perturbation(
@@ -51,7 +52,9 @@ def controls(
         print(f"controls: running the suite at {params.scale} scale, {LEARNING_OFF.what} ...")
         records = {
             r.id: r
-            for r in run_suite(root.resolve(), commit, "negative", LEARNING_OFF, where, cores, log)
+            for r in run_suite(
+                root.resolve(), commit, "negative", LEARNING_OFF, where, cores, log, params.scale
+            )
         }
     missing = [c.id for c in claimset.claims if c.id not in records]
     if missing:
@@ -61,7 +64,7 @@ def controls(
         "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
         "cpu": cpu_model(),
         "seconds": round(time.monotonic() - started),
-        "code": {paper: code_digest(paper, root) for paper in PAPERS},
+        "code": {paper: paper_digest(paper, root) for paper in PAPERS},
         "claims": {
             c.id: {
                 "definition": definition_digest(c),

@@ -30,15 +30,15 @@ from pathlib import Path
 from replicate import claims, io, verdicts
 from replicate.citations import cited_keys
 from replicate.claim_files import Claim, Recording, load_claims, recorded_file, write_recorded
-from replicate.params import METRICS_FILE, PROVENANCE_FILE, ConfigError, Params
+from replicate.params import METRICS_FILE, PROVENANCE_FILE, SCALES, ConfigError, Params
 from replicate.record import current_experiments
 from replicate.report import value_text
 from replicate.verdicts import ClaimRecord
 
 RECORDED_ELSEWHERE = ("dvc.lock",)
 """Files a run itself rewrites: changes to them do not make the tree dirty for `expect`; nor
-do changes to the per-paper verdict summaries (`verdicts.VERDICTS_DIR`), written by the
-claims step and tracked in git for `dvc metrics diff`."""
+do changes to the per-paper verdict summaries (`verdicts.ClaimsOutputs.verdicts_dir`),
+written by the claims step and tracked in git for `dvc metrics diff`."""
 
 
 class RefusedRecording(ConfigError):
@@ -72,7 +72,7 @@ def clean_commit(root: Path, recorded: Path) -> str:
     _git(root, "rev-parse", "--is-inside-work-tree")
     allowed = {*RECORDED_ELSEWHERE, str(recorded.resolve().relative_to(root.resolve()))}
     changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line[3:]]
-    summaries = f"{verdicts.VERDICTS_DIR}/"
+    summaries = tuple(f"{verdicts.ClaimsOutputs(s).verdicts_dir}/" for s in SCALES)
     dirty = [p for p in changed if p not in allowed and not p.startswith(summaries)]
     if dirty:
         more = f" and {len(dirty) - 3} more" if len(dirty) > 3 else ""
@@ -85,7 +85,7 @@ def clean_commit(root: Path, recorded: Path) -> str:
 
 def _device(params: Params, experiment: str, root: Path) -> str:
     """The device the experiment's outputs were made on (provenance.json), e.g. CPU."""
-    path = root / params.experiment(experiment).directory / PROVENANCE_FILE
+    path = root / params.directory(experiment) / PROVENANCE_FILE
     provenance = io.read_json_object(path)
     return str(provenance.get("device", "cpu")).upper()
 
@@ -109,7 +109,7 @@ def _cited(params: Params, claim: Claim, root: Path) -> tuple[dict[str, float | 
     keys = cited_keys([claim.note, claim.expected[params.scale].reason])  # type: ignore[index]
     if not keys:
         return {}, ""
-    path = root / params.experiment(claim.experiment).directory / METRICS_FILE
+    path = root / params.directory(claim.experiment) / METRICS_FILE
     metrics = io.read_json_object(path)
     absent = [k for k in keys if k not in metrics]
     if absent:

@@ -19,6 +19,27 @@ from replicate.settings import NonNegativeInt, OpenUnit, PositiveInt, Strict
 
 Scale = Literal["ci", "paper"]
 SCALES: tuple[str, ...] = ("ci", "paper")
+RESULTS = Path("results")
+
+
+def results_dir(scale: str) -> Path:
+    """One results tree per scale, ``results/<scale>/``: its experiments' folders
+    (``<paper>/<item>/``) and its claims' verdicts (claims.json, REPORT.md, verdicts/), so
+    that a run at one scale never touches the other's outputs."""
+    return RESULTS / scale
+
+
+def logs_dir(scale: str) -> Path:
+    """``logs/<scale>/``: the jobs' logs of one scale (untracked)."""
+    return Path("logs") / scale
+
+
+def timings_dir(scale: str) -> Path:
+    """Per-experiment timings of the last run at ``scale`` (untracked), read by
+    `replicate.plan.expected_seconds`. `python -m replicate run` writes them rather than
+    Snakemake's ``benchmark:``, which Snakemake counts as a rule output: outputs pulled from
+    a DVC remote into a fresh clone would look incomplete without the timing file."""
+    return logs_dir(scale) / "benchmarks"
 
 
 class ConfigError(ValueError):
@@ -125,13 +146,12 @@ class ExperimentEntry(Strict):
             raise ValueError(f"settings missing for scale(s) {missing}")
         return self
 
-    @property
-    def directory(self) -> Path:
-        return Path("results") / self.paper / self.item
+    def directory(self, scale: str) -> Path:
+        """The experiment's folder in ``scale``'s results tree."""
+        return results_dir(scale) / self.paper / self.item
 
-    @property
-    def output_paths(self) -> list[Path]:
-        return [self.directory / o for o in (*ALWAYS_WRITTEN, *self.outputs)]
+    def output_paths(self, scale: str) -> list[Path]:
+        return [self.directory(scale) / o for o in (*ALWAYS_WRITTEN, *self.outputs)]
 
 
 PAPERS: tuple[str, ...] = get_args(ExperimentEntry.model_fields["paper"].annotation)
@@ -259,6 +279,19 @@ class Params:
     def claims_dir(self) -> Path:
         """The folder of the claims files (``claims_dir``, relative to params.yaml's folder)."""
         return self.file.parent / self.raw.claims_dir
+
+    @property
+    def results_dir(self) -> Path:
+        """The active scale's results tree (`results_dir`)."""
+        return results_dir(self.scale)
+
+    def directory(self, name: str) -> Path:
+        """Experiment ``name``'s folder in the active scale's results tree."""
+        return self.experiment(name).directory(self.scale)
+
+    def output_paths(self, name: str) -> list[Path]:
+        """Experiment ``name``'s outputs at the active scale, the always-written ones first."""
+        return self.experiment(name).output_paths(self.scale)
 
     def experiment(self, name: str) -> ExperimentEntry:
         if name not in self.experiments:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from replicate.params import Params, ResourceRequest
+from replicate.params import Params, ResourceRequest, timings_dir
 
 if TYPE_CHECKING:
     from replicate.training import TrainingCost
@@ -285,13 +285,13 @@ def read_resources(scale: str, root: Path = Path(".")) -> dict[str, dict]:
 
 
 def expected_seconds(scale: str, names: list[str], root: Path = Path(".")) -> dict[str, float]:
-    """How long each rule is expected to run: its last Snakemake benchmark on this machine
-    (``logs/benchmarks/<rule>.tsv``, measured), else the cost plan's estimate, else 0. The
-    Snakefile starts the longest jobs first with it."""
+    """How long each rule is expected to run: its last timing at ``scale`` on this machine
+    (``logs/<scale>/benchmarks/<rule>.tsv``, `timings_dir`, measured), else the cost plan's
+    estimate, else 0. The Snakefile starts the longest jobs first with it."""
     planned = _read_plan(scale, root)
     seconds = {}
     for name in names:
-        benchmark = root / "logs" / "benchmarks" / f"{name}.tsv"
+        benchmark = root / timings_dir(scale) / f"{name}.tsv"
         rows = benchmark.read_text().splitlines() if benchmark.exists() else []
         if len(rows) > 1:
             seconds[name] = float(rows[-1].split("\t")[0])

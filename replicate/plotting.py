@@ -40,12 +40,18 @@ QUANTITY_COLORS = {
 matrices W_1, W_2, W_V, W_Q, W_K: App. A.3.1's rank and alignment curves)."""
 
 
-def figure(nrows: int, ncols: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list]:
-    """A grid of axes in the project style."""
-    import matplotlib.pyplot as plt
+def style() -> None:
+    """The project style (seaborn's paper context on a white grid) for the figures to come."""
     import seaborn as sns
 
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.05)
+
+
+def figure(nrows: int, ncols: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list]:
+    """A grid of axes in the project style."""
+    import matplotlib.pyplot as plt
+
+    style()
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     return fig, [ax for row in axes for ax in row]
 

@@ -12,16 +12,16 @@ imports the experiment's module (torch, Lightning: seconds; issue 23, the record
 change of a default in the code is then not seen here, but the outputs are older than that
 code, which Snakemake and the record step (`replicate.record`) see by their times.
 
-It also records a digest of the code that produced the outputs (`CODE_DIGEST`): a code file
-newer than the outputs but with the same content (a checkout, a stash) leaves them current,
-for the record step as for Snakemake, which compares a newer input's checksum with the one
-it recorded before it reruns a job.
+It also records a digest of the code that produced the outputs (`CODE_DIGEST`,
+`replicate.sources.experiment_digest`: the syntax trees of the files the experiment's job
+imports): an edit that leaves them as they were (a comment, a reformat, a checkout or a
+stash) leaves the outputs current, for the record step as for Snakemake, whose rule has the
+same digest among its ``params``.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -30,13 +30,12 @@ from typing import Any
 
 from replicate import io
 from replicate.params import PROVENANCE_FILE, ConfigError, Params
+from replicate.sources import CODE_ROOT, experiment_digest
 
 SETTINGS_AS_WRITTEN = "settings_as_written"
 """provenance.json's key for the experiment's settings as params.yaml writes them."""
 CODE_DIGEST = "code_sha256"
 """provenance.json's key for the digest of the code that produced the outputs."""
-CODE_ROOT = Path(__file__).resolve().parents[1]
-"""The folder that holds the running `replicate` package: the project, in a checkout."""
 LEARNING = "learning"
 """provenance.json's key, present with the value ``off`` in the outputs of a run with
 learning switched off (`LEARNING_ENV`): the claims step never reads such outputs as a
@@ -59,27 +58,14 @@ def learning_switched_off() -> bool:
     return value == "off"
 
 
-def code_digest(paper: str, root: Path = CODE_ROOT) -> str:
-    """SHA-256 over the code files under ``root`` that shape paper ``paper``'s outputs
-    (Snakemake's inputs, `replicate.experiments.code_dependencies`), each as its path, length
-    and content; by default those of the code running."""
-    from replicate.experiments import code_dependencies
-
-    digest = hashlib.sha256()
-    for name in code_dependencies(paper, root):
-        content = (root / name).read_bytes()
-        digest.update(f"{name}\0{len(content)}\0".encode())
-        digest.update(content)
-    return digest.hexdigest()
-
-
 def same_code(name: str, params: Params, root: Path = Path(".")) -> bool:
     """Whether experiment ``name``'s outputs under ``root`` were produced by the code there
-    now, by the digest in its provenance.json (False when absent or unreadable)."""
-    entry = params.experiment(name)
+    now (the running code where ``root`` holds none: outputs made beside no checkout), by
+    the digest in its provenance.json (False when absent or unreadable)."""
+    code = root if (root / "replicate").is_dir() else CODE_ROOT
     try:
-        recorded = io.read_json_object(root / entry.directory / PROVENANCE_FILE)
-        return recorded.get(CODE_DIGEST) == code_digest(entry.paper, root)
+        recorded = io.read_json_object(root / params.directory(name) / PROVENANCE_FILE)
+        return recorded.get(CODE_DIGEST) == experiment_digest(name, code)
     except (OSError, io.MalformedFile):
         return False
 
@@ -121,7 +107,7 @@ def mismatches(name: str, params: Params, root: Path = Path(".")) -> list[str]:
     """Why experiment ``name``'s outputs under ``root`` were not produced by params.yaml at the
     active scale: one message per differing key (empty: they were). A missing or unreadable
     provenance.json is one message too."""
-    path = root / params.experiment(name).directory / PROVENANCE_FILE
+    path = root / params.directory(name) / PROVENANCE_FILE
     try:
         recorded = io.read_json_object(path)
     except FileNotFoundError:

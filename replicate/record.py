@@ -1,22 +1,23 @@
-"""Record in DVC what Snakemake wrote, so that the two agree on what is current (issue 11).
+"""Record in DVC what Snakemake wrote, so that the two agree on what is current.
 
-Snakemake owns staleness: a rule reruns when an input is newer than its outputs or the
-params.yaml values it reads changed. After a successful `snakemake` run (the Snakefile's
-``onsuccess``), `record_in_dvc` commits to dvc.lock every DVC stage (replicate/dvcfile.py:
-one per paper, and the claims) none of whose outputs Snakemake would rerun by the same two
-rules: an experiment is current when its outputs are present, newer than every input (or
-than the upstream's outputs, with the code's content that produced them: Snakemake likewise
-reruns for a newer input only when its checksum changed) and produced with params.yaml's
-values (provenance.json; for the claims, the stored claims equal a fresh evaluation). A
-paper is recorded when each of its experiments is current or absent (none of its outputs
-written: an experiment not run yet), so that one figure run alone is recorded, and can be
-pushed, before the rest of its paper; an absent experiment's folder goes into dvc.lock
-without a hash, so `dvc status` calls it deleted, as `snakemake -n` plans it. A stage with
-an experiment present but stale is left as DVC last recorded it, so `dvc status` still calls
-it changed. Under `dvc repro` (``DVC_STAGE`` set) DVC records the stage itself
-and nothing is done here.
+Snakemake owns staleness: a rule reruns when an input is newer than its outputs, or the
+params.yaml values it reads or the digest of the code it runs changed (`replicate.sources`).
+After a successful `snakemake` run (the Snakefile's ``onsuccess``), `record_in_dvc` commits
+to the run's scale's dvc.lock (the one beside its pipeline file,
+`replicate.dvcfile.PIPELINE_FILES`; the other scale's is left alone) every DVC stage (one
+per paper, and the claims) none of whose outputs Snakemake would rerun by the same rules:
+an experiment is current when its outputs are present, newer than the upstream's outputs,
+made by code of the same digest and with params.yaml's values (provenance.json); the
+claims when they are newer than their inputs and equal a fresh evaluation. A paper is
+recorded when each of its experiments is current or absent (none of its outputs written:
+an experiment not run yet), so that one figure run alone is recorded, and can be pushed,
+before the rest of its paper; an absent experiment's folder goes into dvc.lock without a
+hash, so `dvc status` calls it deleted, as `snakemake -n` plans it. A stage with an
+experiment present but stale is left as DVC last recorded it, so `dvc status` still calls
+it changed. Under `dvc repro` (``DVC_STAGE`` set) DVC records the stage itself and nothing
+is done here.
 
-Two `snakemake` runs of different targets may share a checkout (issue 23): their records
+Two `snakemake` runs of different targets may share a checkout: their records
 then take turns at DVC's repository lock, each waiting up to `LOCK_WAIT_SECONDS` for the
 other. A record that still fails is one warning line, never a failed run: its job is done,
 and the next record (the next `snakemake` run that runs a job, or `python -m replicate
@@ -25,6 +26,7 @@ record`) commits every current stage, those missed included.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -34,8 +36,7 @@ from typing import TYPE_CHECKING
 
 from replicate import verdicts
 from replicate.claim_files import load_claims
-from replicate.dvcfile import paper_stages
-from replicate.experiments import code_dependencies
+from replicate.dvcfile import paper_stages, pipeline_file
 from replicate.params import Params
 from replicate.provenance import mismatches, same_code
 
@@ -57,18 +58,17 @@ def _newer_than_inputs(outputs: Iterable[Path], inputs: Iterable[Path]) -> bool:
 
 
 def current_experiments(params: Params, root: Path = Path(".")) -> list[str]:
-    """Experiments whose outputs Snakemake would not rerun (by mtime, content and params):
-    newer than their upstream's outputs, newer than their code or produced by its present
-    content (`same_code`), produced with params.yaml's values."""
+    """Experiments whose outputs Snakemake would not rerun (by mtime, code and params): newer
+    than their upstream's outputs, produced by code of the same meaning as the code there
+    now (`same_code`: the digest of its syntax trees) and with params.yaml's values."""
     current = []
-    for name, entry in params.experiments.items():
+    for name in params.experiments:
         upstream = params.upstream_of(name)
-        code = [root / f for f in code_dependencies(entry.paper, root)]
-        upstream_outputs = [] if upstream is None else params.experiment(upstream).output_paths
-        outputs = [root / p for p in entry.output_paths]
+        upstream_outputs = [] if upstream is None else params.output_paths(upstream)
+        outputs = [root / p for p in params.output_paths(name)]
         if (
             _newer_than_inputs(outputs, [root / p for p in upstream_outputs])
-            and (_newer_than_inputs(outputs, code) or same_code(name, params, root))
+            and same_code(name, params, root)
             and not mismatches(name, params, root)
         ):
             current.append(name)
@@ -79,8 +79,8 @@ def absent_experiments(params: Params, root: Path = Path(".")) -> list[str]:
     """Experiments none of whose outputs exist (not run yet, or deleted whole)."""
     return [
         name
-        for name, entry in params.experiments.items()
-        if not any((root / p).exists() for p in entry.output_paths)
+        for name in params.experiments
+        if not any((root / p).exists() for p in params.output_paths(name))
     ]
 
 
@@ -101,19 +101,18 @@ def current_stages(params: Params, root: Path = Path(".")) -> list[str]:
 
 
 def claims_current(params: Params, root: Path = Path(".")) -> bool:
-    """Whether the claims outputs are newer than every input and equal a fresh evaluation."""
+    """Whether the claims outputs are newer than every input (params.yaml, the claims files,
+    the experiments' outputs) and equal a fresh evaluation (by the claims code running)."""
     from replicate import claims
 
     claimset = load_claims(params)
-    outputs = [root / p for p in (verdicts.CLAIMS_FILE, verdicts.REPORT_FILE)]
-    outputs += [root / p for p in verdicts.verdict_summary_paths()]
-    inputs = [root / f for f in code_dependencies(None, root)]
-    inputs += [root / p for p in claims.input_files(params, claimset)]
-    inputs += [root / p for e in params.experiments.values() for p in e.output_paths]
+    outputs = verdicts.ClaimsOutputs(params.scale).paths(root)
+    inputs = [root / p for p in claims.input_files(params, claimset)]
+    inputs += [root / p for name in params.experiments for p in params.output_paths(name)]
     if not _newer_than_inputs(outputs, inputs):
         return False
     try:
-        stored = verdicts.load_records(root)
+        stored = verdicts.load_records(params.scale, root)
     except (OSError, ValueError):  # absent or malformed: not current
         return False
     fresh = claims.evaluate(params, root, claimset)
@@ -127,9 +126,10 @@ def record(params: Params, root: Path = Path("."), wait: float = LOCK_WAIT_SECON
         return []
     stages = current_stages(params, root)
     if stages:
-        waited = _commit_when_unlocked(root, stages, wait)
+        waited = _commit_when_unlocked(root, pipeline_file(params.scale), stages, wait)
         after = f" (after {waited:.0f} s waiting for DVC's lock)" if waited >= 1 else ""
-        print(f"recorded {len(stages)} stage(s) in dvc.lock{after}", file=sys.stderr)
+        lock = pipeline_file(params.scale).with_suffix(".lock")
+        print(f"recorded {len(stages)} stage(s) in {lock}{after}", file=sys.stderr)
     return stages
 
 
@@ -151,7 +151,7 @@ def record_in_dvc(
         return []
 
 
-def _commit_when_unlocked(root: Path, stages: list[str], wait: float) -> float:
+def _commit_when_unlocked(root: Path, pipeline: Path, stages: list[str], wait: float) -> float:
     """`_commit`, tried again while another process holds DVC's lock (each try waits the
     few seconds DVC's lock waits by itself), for up to ``wait`` seconds; returns the seconds
     spent before the try that succeeded. Raises DVC's LockError, naming the lock file, when
@@ -163,7 +163,7 @@ def _commit_when_unlocked(root: Path, stages: list[str], wait: float) -> float:
     while True:
         attempt = time.monotonic()
         try:
-            _commit(root, stages)
+            _commit(root, pipeline, stages)
             return attempt - start
         except LockError as exc:
             waited = time.monotonic() - start
@@ -175,9 +175,10 @@ def _commit_when_unlocked(root: Path, stages: list[str], wait: float) -> float:
                 told = True
 
 
-def _commit(root: Path, stages: list[str]) -> None:
-    """`dvc commit --force` of ``stages``, in this process: one collection of dvc.yaml's
-    stages, one write of dvc.lock, and params.yaml parsed once.
+def _commit(root: Path, pipeline: Path, stages: list[str]) -> None:
+    """`dvc commit --force` of ``stages`` of the pipeline file ``pipeline`` (one scale's,
+    `replicate.dvcfile.PIPELINE_FILES`), in this process: one collection of its stages, one
+    write of its dvc.lock, and params.yaml parsed once.
 
     DVC's own `Repo.commit` takes one target (or all stages) per call, and each call
     collects every stage from dvc.yaml and rewrites dvc.lock: seconds per stage.
@@ -186,8 +187,8 @@ def _commit(root: Path, stages: list[str]) -> None:
     templating of dvc.yaml and again for each stage's params; the file cannot change during
     this call, so the parse is shared: DVC's loader (`load_path`, as the params dependency
     and the templating context call it) is memoised by path, modification time and size.
-    dvc.lock comes out as `dvc commit --force` writes it (tests/test_staleness.py compares
-    it with `dvc status`).
+    dvc.lock comes out as `dvc commit --force` and `dvc repro` write it (tests/test_staleness.py
+    compares it with `dvc status` and checks that it holds no YAML alias).
     """
     from unittest import mock
 
@@ -203,18 +204,21 @@ def _commit(root: Path, stages: list[str]) -> None:
         key = (os.path.abspath(path), info.st_mtime_ns, info.st_size)
         if key not in parsed:
             parsed[key] = load(path, fs, **kwargs)
-        return parsed[key]
+        # A copy for each caller: stages sharing one parsed object would be written to
+        # dvc.lock as YAML anchors and aliases, which `dvc repro` writes out in full.
+        return copy.deepcopy(parsed[key])
 
     with (
         mock.patch.object(dvc_param, "load_path", load_once),
         mock.patch.object(dvc_serialize, "load_path", load_once),
         Repo(str(root)) as repo,
     ):
-        _commit_stages(repo, set(stages))
+        _commit_stages(repo, str(root.resolve() / pipeline), set(stages))
 
 
-def _commit_stages(repo: Repo, names: set[str]) -> None:
-    """DVC's `commit(force=True)` loop for the stages ``names``, under the repository lock,
+def _commit_stages(repo: Repo, pipeline: str, names: set[str]) -> None:
+    """DVC's `commit(force=True)` loop for the stages ``names`` of pipeline file
+    ``pipeline``, under the repository lock,
     with absent outputs allowed (`dvc commit --force --allow-missing`) and recorded without
     a hash (`_forget_absent_outputs`).
 
@@ -227,7 +231,7 @@ def _commit_stages(repo: Repo, names: set[str]) -> None:
     from dvc.repo import lock_repo
 
     with lock_repo(repo):
-        infos = [i for i in repo.stage.collect_granular(None) if i.stage.name in names]
+        infos = [i for i in repo.stage.collect_granular(pipeline) if i.stage.name in names]
         for dvcfile, group in groupby(infos, key=lambda info: info.stage.dvcfile):
             saved = []
             for info in group:

@@ -1,6 +1,6 @@
-"""REPORT.md, the human view of results/claims.json; and the two shorter views Snakemake
-gives of the same verdicts: the captions of `snakemake --report` (`caption_claims`) and the
-lines a `snakemake` run ends with (`console_summary`).
+"""REPORT.md, the human view of one scale's claims.json (both in ``results/<scale>/``); and
+the two shorter views Snakemake gives of the same verdicts: the captions of `snakemake
+--report` (`caption_claims`) and the lines a `snakemake` run ends with (`console_summary`).
 
 REPORT.md opens with a summary (per paper and per figure or table, the verdicts of the
 papers' own results, the other claims counted apart), the list of the claims that do not
@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any
 from replicate import io
 from replicate.params import METRICS_FILE, PROVENANCE_FILE, ExperimentEntry, Params
 from replicate.verdicts import (
-    CLAIMS_FILE,
-    REPORT_FILE,
     SEED_BOOTSTRAP,
     SEED_RANGE,
     VERDICTS,
     ClaimRecord,
+    ClaimsOutputs,
     counted,
     load_records,
     unexpected,
@@ -132,6 +131,24 @@ def figure_key(text: str) -> tuple[int, tuple[int, ...], int, str]:
     return ref.kind, ref.number, ref.panel, text
 
 
+_ITEM = re.compile(r"(?P<kind>fig|table|thm|prop|app)_?(?P<number>[A-Za-z]?\d*)")
+_ITEM_WORDS = {"fig": "Fig.", "table": "Table", "thm": "Thm.", "prop": "Prop.", "app": "App."}
+
+
+def item_figure(item: str) -> str | None:
+    """The figure, table, theorem, proposition or appendix an experiment's item name
+    names (``fig3``: Fig. 3, ``table_h5``: Table H.5, ``thm42``: Thm. 4.2, ``prop32``:
+    Prop. 3.2, ``appD``: App. D), None for another name (``maps``, ``references``): the
+    digits of a theorem or proposition are its section and number."""
+    match = _ITEM.fullmatch(item)
+    if match is None or not match["number"]:
+        return None
+    number = match["number"]
+    if match["kind"] in ("thm", "prop") or not number[0].isdigit():
+        number = ".".join([number[0].upper(), *([number[1:]] if number[1:] else [])])
+    return f"{_ITEM_WORDS[match['kind']]} {number}"
+
+
 @dataclass(frozen=True)
 class Section:
     """One experiment's section of REPORT.md: its claims and where it sits in its paper."""
@@ -142,8 +159,12 @@ class Section:
 
     @property
     def figure(self) -> str:
-        """Its first claim's ``figure`` field (the claims files list each experiment's
-        claims from its main figure or table on), else its title."""
+        """The item its experiment's name says (`item_figure`: ``fig3`` is Fig. 3,
+        ``thm42`` Thm. 4.2), else its first claim's ``figure`` field (the claims files list
+        each experiment's claims from its main figure or table on), else its title."""
+        named = item_figure(self.entry.item)
+        if named is not None:
+            return named
         return self.records[0].figure if self.records else self.entry.title
 
     @property
@@ -613,8 +634,9 @@ def _listed(by_paper: dict[str, list[Section]]) -> list[str]:
 
 # ----------------------------------------------------------------------------- REPORT.md
 HOW_TO_READ = (
-    "Each claim compares one measured metric (from `results/<paper>/<item>/metrics.json`) with"
-    " a reference and a tolerance from `claims/<paper>.yaml`. *Expected* is the verdict set "
+    "Each claim compares one measured metric (from `<paper>/<item>/metrics.json` in this "
+    "scale's results tree) with a reference and a tolerance from `claims/<paper>.yaml`. "
+    "*Expected* is the verdict set "
     "there from what was measured, with the value and commit recorded behind it "
     "(`claims/recorded.json`); a mismatch fails the check. *Other scale expects* is the "
     "expectation at the scale not run here: *measured* where a run there is recorded in "
@@ -637,8 +659,8 @@ HOW_TO_READ = (
     " stability check found to depend on the CPU (`python -m replicate stability`, "
     "`claims/stability.json`) is *inconclusive* at that scale on every machine, with the "
     "spread measured and this machine's own verdict in its note. Machine-readable: "
-    "`results/claims.json` (`interval_kind` says which interval, `own_verdict` what the run's "
-    "own evidence gives)."
+    "`claims.json` beside this report (`interval_kind` says which interval, `own_verdict` "
+    "what the run's own evidence gives)."
 )
 CONTENTS = {
     "summary": "Summary",
@@ -683,23 +705,20 @@ def _section(s: Section, params: Params, root: Path) -> list[str]:
     name, entry = s.name, s.entry
     title = entry.title if entry.title.startswith(s.label) else f"{s.label} · {entry.title}"
     lines = ["", _heading(3, name, f"{title} (`{name}`, {entry.source})"), ""]
+    directory = params.directory(name)
+    here = directory.relative_to(params.results_dir)  # REPORT.md's links start from its tree
     for output in entry.outputs:
-        image = entry.directory / output
-        if output.endswith(".png") and (root / image).exists():
-            lines += [f"![{name}: {output}]({image.relative_to('results')})", ""]
-    links = [
-        f"[{o}]({(entry.directory / o).relative_to('results')})"
-        for o in entry.outputs
-        if o.endswith((".md", ".csv", ".pdf"))
-    ]
+        if output.endswith(".png") and (root / directory / output).exists():
+            lines += [f"![{name}: {output}]({here / output})", ""]
+    links = [f"[{o}]({here / o})" for o in entry.outputs if o.endswith((".md", ".csv", ".pdf"))]
     if links:
         lines += ["Outputs: " + ", ".join(links) + ".", ""]
-    provenance = _read(root / entry.directory / PROVENANCE_FILE)
+    provenance = _read(root / directory / PROVENANCE_FILE)
     if provenance is not None:
         lines += [settings_line(provenance, params.upstream_of(name)), ""]
     lines += _claims_table(s.records)
     lines += _claim_notes(s.records)
-    metrics = _read(root / entry.directory / METRICS_FILE)
+    metrics = _read(root / directory / METRICS_FILE)
     if metrics is not None:
         lines += _seed_table(metrics)
     return lines
@@ -805,32 +824,36 @@ def claims_caption(records: list[ClaimRecord], problem: str) -> str:
     return rst_text(problem or "; ".join(verdict_lines(records)) + ".")
 
 
-def stored_records(root: Path = Path(".")) -> tuple[list[ClaimRecord], str]:
-    """The records of claims.json, or none and why (absent, malformed)."""
+def stored_records(scale: str, root: Path = Path(".")) -> tuple[list[ClaimRecord], str]:
+    """The records of ``scale``'s claims.json, or none and why (absent, malformed)."""
     try:
-        return load_records(root), ""
+        return load_records(scale, root), ""
     except FileNotFoundError:
-        return [], f"{CLAIMS_FILE} is not written yet: `snakemake claims` evaluates every claim"
+        return [], (
+            f"{ClaimsOutputs(scale).claims} is not written yet: `snakemake claims` evaluates "
+            "every claim"
+        )
     except io.MalformedFile as exc:
         return [], f"{exc}; `snakemake claims` rewrites it"
 
 
-def console_summary(root: Path = Path("."), inputs: Iterable[Path] = ()) -> list[str]:
+def console_summary(scale: str, root: Path = Path("."), inputs: Iterable[Path] = ()) -> list[str]:
     """The lines a `snakemake` run ends with (the Snakefile's ``onsuccess`` and
     ``onerror``): the claims check's count over claims.json, its unexpected verdicts (at most
     `SHOWN_FAILURES`), the papers' own results, and where REPORT.md is. ``inputs``: the
     files the claims are evaluated from; when one is newer than claims.json, a line says
     that the verdicts predate it."""
-    records, problem = stored_records(root)
+    outputs = ClaimsOutputs(scale)
+    records, problem = stored_records(scale, root)
     if problem:
         return [f"claims: {problem}"]
     bad = unexpected(records)
     first, papers = verdict_lines(records)
     lines = [first]
-    written = (root / CLAIMS_FILE).stat().st_mtime
+    written = (root / outputs.claims).stat().st_mtime
     if any(p.exists() and p.stat().st_mtime > written for p in (root / p for p in inputs)):
         lines.append(
-            f"  (as {CLAIMS_FILE} last recorded them: outputs or claims changed since; "
+            f"  (as {outputs.claims} last recorded them: outputs or claims changed since; "
             "`snakemake claims` evaluates them again)"
         )
     for r in bad[:SHOWN_FAILURES]:
@@ -841,7 +864,7 @@ def console_summary(root: Path = Path("."), inputs: Iterable[Path] = ()) -> list
         if r.stability_problem:
             lines.append(f"  STALE MARK {r.id}: {r.stability_problem}")
     if len(bad) > SHOWN_FAILURES:
-        lines.append(f"  ... and {len(bad) - SHOWN_FAILURES} more (all in {REPORT_FILE})")
+        lines.append(f"  ... and {len(bad) - SHOWN_FAILURES} more (all in {outputs.report})")
     lines.append(papers)
-    lines.append(f"report: {(root / REPORT_FILE).resolve()}")
+    lines.append(f"report: {(root / outputs.report).resolve()}")
     return lines

@@ -29,7 +29,7 @@ What it measured is written to ``claims/stability.json`` (machine-written, like
               "commit": "<short hash of the commit that ran>",
               "date": "<UTC date, YYYY-MM-DD>",
               "cpu": "<the CPU's model name>",
-              "code_sha256": "<replicate.provenance.code_digest(paper) at that commit>",
+              "code_sha256": "<replicate.provenance.paper_digest(paper) at that commit>",
               "seconds": <wall seconds of the perturbed run, all its papers>,
               "claims": <the paper's claims>,
               "values_moved": <how many of their measured values differ>,
@@ -82,7 +82,7 @@ from replicate.claim_files import (
 )
 from replicate.expect import clean_commit
 from replicate.params import PAPERS, ConfigError, Params
-from replicate.provenance import code_digest
+from replicate.sources import paper_digest
 from replicate.verdicts import ClaimRecord
 
 
@@ -195,14 +195,15 @@ def run_suite(
     workdir: Path,
     cores: str,
     log: Path,
+    scale: str,
 ) -> list[ClaimRecord]:
     """Clone ``root`` at ``commit`` into ``workdir/name``, run every experiment and the
-    claims there under ``perturbation`` (Snakemake's ``claims_evaluation``), and return the
-    clone's claim records (`replicate.controls` runs its control so)."""
+    claims there at ``scale`` under ``perturbation`` (Snakemake's ``claims_evaluation``),
+    and return the clone's claim records (`replicate.controls` runs its control so)."""
     clone = _clone(root, commit, workdir / name)
     command = [sys.executable, "-m", "snakemake", "--cores", cores, "claims_evaluation"]
-    _run(clone, name, perturbation, [command], log)
-    return verdicts.load_records(clone)
+    _run(clone, name, perturbation, [[*command, "--config", f"scale={scale}"]], log)
+    return verdicts.load_records(scale, clone)
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ class _Suite:
             [sys.executable, "-m", "replicate", "--scale", self.scale, "claims"],
         ]
         _run(clone, name, perturbation, commands, self.logs / f"{name}.log")
-        return [r for r in verdicts.load_records(clone) if r.paper in self.papers]
+        return [r for r in verdicts.load_records(self.scale, clone) if r.paper in self.papers]
 
 
 def _own(record: ClaimRecord) -> str:
@@ -374,7 +375,7 @@ def stability(
         )
         print(f"stability: running {', '.join(chosen)} at {commit} as committed ...")
         clone = suite.clone(NATIVE)
-        digests = {paper: code_digest(paper, clone) for paper in chosen}
+        digests = {paper: paper_digest(paper, clone) for paper in chosen}
         native = suite.run(clone, NATIVE, Perturbation("nothing"))
         for name in names:
             perturbation = PERTURBATIONS[name]

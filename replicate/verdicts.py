@@ -12,12 +12,39 @@ from pathlib import Path
 from typing import Any
 
 from replicate import io
-from replicate.params import PAPERS
+from replicate.params import PAPERS, results_dir
 
-CLAIMS_FILE = Path("results/claims.json")
-REPORT_FILE = Path("results/REPORT.md")
-VERDICTS_DIR = Path("results/verdicts")
-"""One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics show`."""
+
+@dataclass(frozen=True)
+class ClaimsOutputs:
+    """Where the claims step of one scale writes, in that scale's results tree
+    (`replicate.params.results_dir`): claims.json, REPORT.md and ``verdicts/<paper>.json``."""
+
+    scale: str
+
+    @property
+    def claims(self) -> Path:
+        return results_dir(self.scale) / "claims.json"
+
+    @property
+    def report(self) -> Path:
+        return results_dir(self.scale) / "REPORT.md"
+
+    @property
+    def verdicts_dir(self) -> Path:
+        """One small summary per paper, ``<paper>.json`` (`verdict_summary`): `dvc metrics
+        show`."""
+        return results_dir(self.scale) / "verdicts"
+
+    def summaries(self, root: Path = Path(".")) -> list[Path]:
+        """The per-paper verdict summaries `write_claims` writes, one per paper, always all."""
+        return [root / self.verdicts_dir / f"{paper}.json" for paper in PAPERS]
+
+    def paths(self, root: Path = Path(".")) -> list[Path]:
+        """Every file the claims step writes: claims.json, REPORT.md, the summaries."""
+        return [root / self.claims, root / self.report, *self.summaries(root)]
+
+
 SEED_RANGE = "seed range"
 SEED_BOOTSTRAP = "95 % seed-bootstrap"
 """The two kinds of interval over seeds (`replicate.claims.seed_interval`), as claims.json
@@ -98,11 +125,6 @@ def unexpected(records: list[ClaimRecord]) -> list[ClaimRecord]:
     ]
 
 
-def verdict_summary_paths(root: Path = Path(".")) -> list[Path]:
-    """The per-paper verdict summaries `write_claims` writes, one per paper, always all."""
-    return [root / VERDICTS_DIR / f"{paper}.json" for paper in PAPERS]
-
-
 def counted(records: list[ClaimRecord]) -> list[ClaimRecord]:
     """The records the tallies count: one per fact, leaving out claims implied by another
     (``implied_by``), which are evaluated and shown but would count their fact twice."""
@@ -125,13 +147,14 @@ def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
     }
 
 
-def load_records(root: Path = Path(".")) -> list[ClaimRecord]:
-    """The records stored in claims.json: FileNotFoundError when it is absent, else
-    `io.MalformedFile` when it holds no list of claim records."""
+def load_records(scale: str, root: Path = Path(".")) -> list[ClaimRecord]:
+    """The records stored in ``scale``'s claims.json: FileNotFoundError when it is absent,
+    else `io.MalformedFile` when it holds no list of claim records."""
+    path = ClaimsOutputs(scale).claims
     try:
-        data = json.loads((root / CLAIMS_FILE).read_text())
+        data = json.loads((root / path).read_text())
         return [ClaimRecord(**row) for row in data]
     except FileNotFoundError:
         raise
     except (OSError, ValueError, TypeError) as exc:
-        raise io.MalformedFile(f"{CLAIMS_FILE}: not a list of claim records ({exc})") from exc
+        raise io.MalformedFile(f"{path}: not a list of claim records ({exc})") from exc

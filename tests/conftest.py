@@ -212,7 +212,7 @@ def stability_record(
     claim ``changed`` lists under its paper (synthetic values: holds at 1.0, inconclusive
     at 0.5)."""
     from replicate.claim_files import stability_file, write_stability
-    from replicate.provenance import code_digest
+    from replicate.sources import paper_digest
     from replicate.stability import merge, paper_check
 
     run = {"commit": commit or head_commit(), "date": "2026-11-28", "cpu": "test", "seconds": 1}
@@ -220,7 +220,7 @@ def stability_record(
         paper: paper_check(
             paper,
             run,
-            code_digest(paper),
+            paper_digest(paper),
             [synthetic_record(i, paper, "holds", 1.0) for i in ids],
             [synthetic_record(i, paper, "inconclusive", 0.5) for i in ids],
         )

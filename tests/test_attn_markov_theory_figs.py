@@ -309,7 +309,7 @@ def test_theorem_tables_escape_criteria() -> None:
 @pytest.fixture
 def planted_fig3(tmp_path: Path) -> Path:
     """A results tree whose fig3 holds the planted model and params.yaml's fig3 settings."""
-    upstream = tmp_path / "results/attn_markov/fig3"
+    upstream = tmp_path / "results/ci/attn_markov/fig3"
     io.write_torch(upstream / "models.pt", {"tied": planted_checkpoint()})
     fig3 = load_params(PARAMS_FILE, scale="ci").settings("attn_markov_fig3")
     io.write_json(upstream / "provenance.json", {"settings": fig3.model_dump(mode="json")})
@@ -322,7 +322,7 @@ def test_appendix_d_and_table2_through_the_runner(planted_fig3: Path) -> None:
     assert m["seed7/refit_beta"] == 6 and m["max_attention_ratio"] == 0.0
     assert m["max_formula_error"] < 1e-5 and m["min_rank_one_fraction"] == pytest.approx(1.0)
     assert m["A-D.eq26.arithmetic.logit_x0"] == pytest.approx(-1.3897, abs=1e-4)
-    table = (planted_fig3 / "results/attn_markov/appD/structure.md").read_text()
+    table = (planted_fig3 / "results/ci/attn_markov/appD/structure.md").read_text()
     assert "seed 7" in table and "0.3618 (Eq. 27)" in table
     t2 = run_experiment("attn_markov_table2", params, planted_fig3, progress=False)
     assert t2 == {
@@ -341,7 +341,7 @@ def test_appendix_d_and_table2_through_the_runner(planted_fig3: Path) -> None:
 def test_training_free_experiments_through_the_runner(name: str, tmp_path: Path) -> None:
     params = load_params(PARAMS_FILE, scale="ci")
     metrics = run_experiment(name, params, tmp_path, progress=False)
-    directory = tmp_path / params.experiment(name).directory
+    directory = tmp_path / params.directory(name)
     assert json.loads((directory / "metrics.json").read_text()).keys() == metrics.keys()
     expected = {
         "attn_markov_theorems": ("checks.n_failed", 0.0),

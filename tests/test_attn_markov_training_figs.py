@@ -248,7 +248,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 def test_tiny_runs_write_their_tables(tiny) -> None:
     root, metrics = tiny
-    base = root / "results/attn_markov"
+    base = root / "results/ci/attn_markov"
     curves = pd.read_csv(base / "fig1/curves.csv")
     assert set(curves.variant) == {"theory", "gpt2"} and set(curves.depth) == {1, 2}
     assert set(pd.read_csv(base / "fig1/runs.csv")["class"]) <= {c.name for c in RunClass}

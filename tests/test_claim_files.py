@@ -224,7 +224,7 @@ def project(tmp_path: Path, params_dict: dict) -> Path:
     claim = claim_dict(CLAIM_ID)
     claim["expected"]["ci"] = {"verdict": "holds"}
     path = params_with_claims(tmp_path, params_dict, [claim])
-    for output in load_params(path).experiment("attn_markov_fig3").output_paths:
+    for output in load_params(path).output_paths("attn_markov_fig3"):
         (tmp_path / output).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / output).touch()  # complete outputs: Snakemake would not rerun them
     _write_outputs(tmp_path, _stuck(1.0))

@@ -11,7 +11,8 @@ from replicate import claims, verdicts
 from replicate.claim_files import load_claims
 from replicate.cli import main
 from replicate.config import load_params, read_params_file
-from replicate.provenance import recorded_inputs
+from replicate.provenance import CODE_DIGEST, recorded_inputs
+from replicate.sources import experiment_digest
 
 from .conftest import PARAMS_FILE, claim_dict, params_with_claims, stability_record
 
@@ -19,12 +20,16 @@ CLAIM_ID = "A3a-tied-stuck"  # metric p0.5_q0.8/tied/frac_unigram, ge 0.6, expec
 
 
 def _write_outputs(root: Path, metrics: dict, scale: str = "ci") -> None:
-    """Fig. 3's outputs as produced by params.yaml at ``scale`` (provenance.json included)."""
-    out = root / "results/attn_markov/fig3"
+    """Fig. 3's outputs as produced by params.yaml at ``scale`` and the code here
+    (provenance.json included)."""
+    params = load_params(PARAMS_FILE, scale=scale, only=["attn_markov_fig3"])
+    out = root / params.directory("attn_markov_fig3")
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics))
-    params = load_params(PARAMS_FILE, scale=scale, only=["attn_markov_fig3"])
-    provenance = recorded_inputs("attn_markov_fig3", params)
+    provenance = {
+        **recorded_inputs("attn_markov_fig3", params),
+        CODE_DIGEST: experiment_digest("attn_markov_fig3"),
+    }
     (out / "provenance.json").write_text(json.dumps(provenance))
 
 
@@ -94,6 +99,7 @@ def test_missing_outputs_and_stale_scale(tmp_path: Path) -> None:
     r = _record(tmp_path)
     assert r.verdict == "missing" and "not found" in r.note
     _write_outputs(tmp_path, _stuck(1.0), scale="paper")
+    (tmp_path / "results/paper").rename(tmp_path / "results/ci")  # copied into the ci tree
     r = _record(tmp_path)
     assert r.verdict == "missing" and "scale 'paper'" in r.note
 
@@ -103,7 +109,7 @@ def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -
     _write_outputs(tmp_path, _stuck(1.0))
     records = claims.evaluate(params, tmp_path)
     claims.write_claims(records, params, tmp_path)
-    saved = json.loads((tmp_path / "results/claims.json").read_text())
+    saved = json.loads((tmp_path / "results/ci/claims.json").read_text())
     assert len(saved) == len(load_claims(params).claims)
     assert set(saved[0]) >= {
         "id",
@@ -118,7 +124,7 @@ def test_claims_files_report_and_check_exit_codes(tmp_path: Path, monkeypatch) -
         "expected",
         "provenance",
     }
-    report = (tmp_path / "results/REPORT.md").read_text()
+    report = (tmp_path / "results/ci/REPORT.md").read_text()
     assert CLAIM_ID in report and "UNEXPECTED" in report  # the other claims are missing
     implied = [c.id for c in load_claims(params).claims if c.implied_by]
     assert implied and f"{len(implied)} more claims follow from another claim" in report
@@ -556,7 +562,7 @@ def test_an_existential_claim_holds_when_one_seed_of_three_shows_it(tmp_path: Pa
     claim = claim_dict("C-F3d-head-switch")
     params_file = params_with_claims(tmp_path, read_params_file(PARAMS_FILE), [claim])
     params = load_params(params_file, scale="ci")
-    out = tmp_path / "results/subngrams/fig3"
+    out = tmp_path / "results/ci/subngrams/fig3"
     out.mkdir(parents=True)
     switched = {"seed1/final_switch": 0.0, "seed2/final_switch": 0.0, "seed3/final_switch": 1.0}
     metrics = {"F3d/frac_seeds_switched": 1 / 3, **switched}

@@ -24,7 +24,7 @@ def test_unknown_experiment(capsys) -> None:
 
 
 def test_bad_params_leave_results_untouched(tmp_path: Path, monkeypatch, capsys) -> None:
-    out = tmp_path / "results/attn_markov/fig3"
+    out = tmp_path / "results/ci/attn_markov/fig3"
     out.mkdir(parents=True)
     (out / "metrics.json").write_text('{"old": 1.0}')
     data = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -85,5 +85,5 @@ def test_snakemake_rules_run_their_own_experiment(workflow: Path) -> None:
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     for name in targets:
         item = name.removeprefix("attn_markov_")
-        prov = json.loads((workflow / f"results/attn_markov/{item}/provenance.json").read_text())
+        prov = json.loads((workflow / f"results/ci/attn_markov/{item}/provenance.json").read_text())
         assert prov["experiment"] == name

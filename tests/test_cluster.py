@@ -75,10 +75,10 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_bare_snakemake_runs_with_logs_and_benchmarks(local_run: Path) -> None:
     for name in EXPERIMENTS:
-        assert (local_run / "logs" / f"{name}.log").exists()
-        bench = (local_run / "logs" / "benchmarks" / f"{name}.tsv").read_text().splitlines()
+        assert (local_run / "logs/ci" / f"{name}.log").exists()
+        bench = (local_run / "logs/ci/benchmarks" / f"{name}.tsv").read_text().splitlines()
         assert bench[0].split("\t")[:2] == ["s", "h:m:s"] and len(bench) == 2
-    assert (local_run / "results" / "claims.json").exists()
+    assert (local_run / "results/ci/claims.json").exists()
 
 
 def test_report_shows_figures_captions_and_claims(local_run: Path) -> None:

@@ -89,7 +89,11 @@ def _release(holder: subprocess.Popen[str]) -> None:
 
 def _changed_stages(root: Path) -> set[str]:
     res = subprocess.run(
-        ["dvc", "status", "--json"], cwd=root, env=_env(), capture_output=True, text=True
+        ["dvc", "status", "--json", "dvc.yaml"],  # the ci scale's stages
+        cwd=root,
+        env=_env(),
+        capture_output=True,
+        text=True,
     )
     assert res.returncode == 0, res.stderr
     return set(json.loads(res.stdout))

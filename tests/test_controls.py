@@ -29,7 +29,8 @@ from replicate.control_record import (
 )
 from replicate.markov import binary_kernel, binary_stationary
 from replicate.params import PAPERS, ConfigError
-from replicate.provenance import LEARNING, LEARNING_ENV, code_digest, recorded_inputs
+from replicate.provenance import LEARNING, LEARNING_ENV, recorded_inputs
+from replicate.sources import paper_digest
 from replicate.training import TrainingPlan, gpt_ensemble, train_ensemble
 
 from .conftest import PARAMS_FILE, claim_dict, params_with_claims
@@ -66,7 +67,7 @@ def test_an_unknown_learning_value_is_named(monkeypatch: pytest.MonkeyPatch) -> 
 
 def _outputs(root: Path, metrics: dict, learning: str = "on") -> None:
     """Paper A Fig. 3's outputs as params.yaml produces them at ci scale, with ``learning``."""
-    out = root / "results/attn_markov/fig3"
+    out = root / "results/ci/attn_markov/fig3"
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics))
     params = load_params(PARAMS_FILE, scale="ci", only=["attn_markov_fig3"])
@@ -94,7 +95,7 @@ def _project(root: Path, claim: dict, control_verdict: str | None) -> Path:
             "date": "2026-11-28",
             "cpu": "test",
             "seconds": 0,
-            "code": {paper: code_digest(paper) for paper in PAPERS},
+            "code": {paper: paper_digest(paper) for paper in PAPERS},
             "claims": {
                 parsed.id: {
                     "definition": definition_digest(parsed),
@@ -129,7 +130,7 @@ def test_the_check_fails_on_a_paper_claim_that_holds_untrained(
     code, err = _check(path, capsys)
     assert code == 1
     assert f"CANNOT FAIL {CLAIM_ID}: it holds for models that learned nothing" in err
-    report = (project / "results/REPORT.md").read_text()
+    report = (project / "results/ci/REPORT.md").read_text()
     assert "❌ CANNOT FAIL" in report and "| holds (1) |" in report
 
 
@@ -139,7 +140,7 @@ def test_the_check_passes_a_claim_whose_control_fails(
     path = _project(project, claim_dict(CLAIM_ID), "does-not-reproduce")
     code, err = _check(path, capsys)
     assert code == 0, err
-    assert "| does-not-reproduce (1) |" in (project / "results/REPORT.md").read_text()
+    assert "| does-not-reproduce (1) |" in (project / "results/ci/REPORT.md").read_text()
 
 
 def test_a_claim_meant_to_hold_untrained_says_why(
@@ -149,7 +150,7 @@ def test_a_claim_meant_to_hold_untrained_says_why(
     path = _project(project, claim, "holds")
     code, err = _check(path, capsys)
     assert code == 0, err
-    assert "a statement about the initialisation" in (project / "results/REPORT.md").read_text()
+    assert "a statement about the initialisation" in (project / "results/ci/REPORT.md").read_text()
 
 
 def test_a_changed_definition_makes_the_control_stale(
@@ -194,12 +195,12 @@ def test_status_and_problem_by_provenance_and_record() -> None:
     assert control_status(trained, {}, params) == (NOT_RUN, None)
     row = {"definition": definition_digest(trained), "verdict": "holds", "measured": 1.0}
     record = {
-        "ci": {"claims": {CLAIM_ID: row}, "code": {"attn_markov": code_digest("attn_markov")}}
+        "ci": {"claims": {CLAIM_ID: row}, "code": {"attn_markov": paper_digest("attn_markov")}}
     }
     assert control_status(trained, record, params) == ("holds", 1.0)
     record["ci"]["code"]["attn_markov"] = "other code"
     assert control_status(trained, record, params) == (STALE, None)
-    record["ci"]["code"]["attn_markov"] = code_digest("attn_markov")
+    record["ci"]["code"]["attn_markov"] = paper_digest("attn_markov")
     row["definition"] = "another definition"
     assert control_status(trained, record, params) == (STALE, None)
     assert control_problem(trained, NOT_RUN) == ""

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.workflow(seconds=45)
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EXPERIMENT = "attn_markov_table1"  # trains nothing: about 3 s
-OUTPUT = "results/attn_markov/table1"
+OUTPUT = "results/ci/attn_markov/table1"
 GIT_USER = ["-c", "user.name=test", "-c", "user.email=test@example.invalid"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
@@ -108,7 +108,7 @@ def test_one_experiment_is_recorded_before_the_rest_of_its_paper(round_trip: Rou
     hashed = [out["path"] for out in lock["attn_markov"]["outs"] if "md5" in out]
     bare = [out["path"] for out in lock["attn_markov"]["outs"] if "md5" not in out]
     assert hashed == [OUTPUT]
-    assert bare and all(path.startswith("results/attn_markov/") for path in bare)
+    assert bare and all(path.startswith("results/ci/attn_markov/") for path in bare)
     status = _run(round_trip.origin, BIN / "dvc", "status", "attn_markov")
     assert status.returncode == 0
     assert all(f"deleted:            {path}" in status.stdout for path in bare), status.stdout

@@ -20,7 +20,7 @@ from .conftest import tiny_run_of_every_experiment
 pytestmark = pytest.mark.workflow(seconds=100)
 
 EMPTY_TABLES = {
-    "results/subngrams/fig1/plateaus.csv": "one row per plateau: a 30-step run has none, "
+    "results/ci/subngrams/fig1/plateaus.csv": "one row per plateau: a 30-step run has none, "
     "shorter than the least plateau of both of the detector's rules: rho x 6,144 = 184 steps "
     "on the paper's run length, rho x 1,600 = 48 steps on the local scale (whose shortest "
     "time scale is 4 evaluation intervals of 10 steps / slope_span 0.025)",
@@ -37,11 +37,11 @@ def test_outputs_written(tiny_run) -> None:
     """Every declared output is a readable file of its kind, with the run's own content."""
     root, metrics = tiny_run
     params = load_params(root / "params.yaml", scale="ci")
-    for name, entry in params.experiments.items():
-        stored = json.loads((root / entry.directory / "metrics.json").read_text())
+    for name in params.experiments:
+        stored = json.loads((root / params.directory(name) / "metrics.json").read_text())
         assert stored.keys() == metrics[name].keys(), name
         assert all(v is None or isinstance(v, (int, float)) for v in stored.values()), name
-        for path in entry.output_paths:
+        for path in params.output_paths(name):
             data = (root / path).read_bytes()
             if path.suffix == ".png":
                 assert data.startswith(b"\x89PNG\r\n\x1a\n"), path
@@ -53,7 +53,7 @@ def test_outputs_written(tiny_run) -> None:
                 assert len(table) > 0 or str(path) in EMPTY_TABLES, path
             else:
                 assert data.strip(), path
-        prov = json.loads((root / entry.directory / "provenance.json").read_text())
+        prov = json.loads((root / params.directory(name) / "provenance.json").read_text())
         assert prov["scale"] == "ci"
         assert prov["settings"] == params.settings(name).model_dump(mode="json"), name
 
@@ -73,10 +73,10 @@ def test_fig3_metrics_and_curves(tiny_run) -> None:
     assert m["p0.5_q0.8/entropy_rate"] == pytest.approx(0.619015, abs=1e-6)
     # on-batch oracles bracket each other the right way round
     assert m["p0.5_q0.8/oracle_bigram"] < m["p0.5_q0.8/oracle_unigram"]
-    curves = pd.read_csv(root / "results/attn_markov/fig3/curves.csv")
+    curves = pd.read_csv(root / "results/ci/attn_markov/fig3/curves.csv")
     assert set(curves.columns) >= {"chain", "tying", "seed", "step", "test_loss"}
     assert curves.step.max() == 30 and curves.step.min() == 0
-    probs = pd.read_csv(root / "results/attn_markov/fig3/probabilities.csv")
+    probs = pd.read_csv(root / "results/ci/attn_markov/fig3/probabilities.csv")
     assert probs.prob_next_one.between(0, 1).all()
 
 
@@ -103,7 +103,7 @@ def test_claims_evaluate_on_tiny_run(tiny_run) -> None:
     assert untested == with_effect | converging and "C-F7b-gradient-spike" in untested
     for claim in (c for c in claimed if c.converged is not None):  # too few: NaN, not 0 or 1
         stored = json.loads(
-            (root / params.experiment(claim.experiment).directory / "metrics.json").read_text()
+            (root / params.directory(claim.experiment) / "metrics.json").read_text()
         )
         pattern = re.escape(claim.converged.pattern).replace(re.escape("{seed}"), r"\d+")
         flags = [v for k, v in stored.items() if re.fullmatch(pattern, k)]

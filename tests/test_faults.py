@@ -32,7 +32,8 @@ from .test_claims import CLAIM_ID, _stuck, _write_outputs
 
 pytestmark = pytest.mark.workflow(seconds=45)
 
-FIG3 = "results/attn_markov/fig3"
+OUTPUTS = verdicts.ClaimsOutputs("ci")
+FIG3 = "results/ci/attn_markov/fig3"
 METRIC = "p0.5_q0.8/tied/frac_unigram"  # CLAIM_ID's metric (ge 0.6, expected holds)
 CLI = ["--params", str(PARAMS_FILE), "--scale", "ci"]
 
@@ -152,8 +153,8 @@ MALFORMED = {
 
 
 def _claims_outputs(root: Path) -> dict[Path, bytes]:
-    files = [root / verdicts.CLAIMS_FILE, root / verdicts.REPORT_FILE]
-    return {p: p.read_bytes() for p in [*files, *verdicts.verdict_summary_paths(root)]}
+    files = [root / OUTPUTS.claims, root / OUTPUTS.report]
+    return {p: p.read_bytes() for p in [*files, *OUTPUTS.summaries(root)]}
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))
@@ -164,20 +165,20 @@ def test_a_malformed_metrics_file_is_one_error_line_and_missing_claims(
     monkeypatch.chdir(tmp_path)
     _write_outputs(tmp_path, _stuck(1.0))
     assert main([*CLI, "claims"]) == 0
-    before = json.loads((tmp_path / verdicts.CLAIMS_FILE).read_text())
+    before = json.loads((tmp_path / OUTPUTS.claims).read_text())
     (tmp_path / FIG3 / "metrics.json").write_bytes(content)
     capsys.readouterr()
     assert main([*CLI, "claims"]) == 0  # the files are written; `check` fails below
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {FIG3}/metrics.json: {message}")
-    after = json.loads((tmp_path / verdicts.CLAIMS_FILE).read_text())
+    after = json.loads((tmp_path / OUTPUTS.claims).read_text())
     fig3 = [r for r in after if r["experiment"] == "attn_markov_fig3"]
     assert fig3 and all(r["verdict"] == "missing" for r in fig3)
     assert all(f"{FIG3}/metrics.json: {message}" in r["note"] for r in fig3)
     assert [r for r in after if r["experiment"] != "attn_markov_fig3"] == [
         r for r in before if r["experiment"] != "attn_markov_fig3"
     ]
-    assert f"{FIG3}/metrics.json: {message}" in (tmp_path / verdicts.REPORT_FILE).read_text()
+    assert f"{FIG3}/metrics.json: {message}" in (tmp_path / OUTPUTS.report).read_text()
     assert main([*CLI, "check"]) == 1
     err = capsys.readouterr().err
     assert f"error: {FIG3}/metrics.json: {message}" in err
@@ -194,7 +195,7 @@ def test_a_malformed_provenance_file_is_reported_the_same_way(
     assert capsys.readouterr().err.startswith(
         f"error: {FIG3}/provenance.json: not valid JSON (line 1, column 17: Expecting property name"
     )
-    record = next(r for r in verdicts.load_records(tmp_path) if r.id == CLAIM_ID)
+    record = next(r for r in verdicts.load_records("ci", tmp_path) if r.id == CLAIM_ID)
     assert record.verdict == "missing" and f"{FIG3}/provenance.json" in record.note
 
 
@@ -214,7 +215,7 @@ def test_claims_on_a_truncated_metrics_file_prints_no_traceback(tmp_path: Path) 
         f"error: {FIG3}/metrics.json: not valid JSON (line 2, column 1: "
         "Expecting property name enclosed in double quotes)"
     ]
-    assert (tmp_path / verdicts.CLAIMS_FILE).exists() and (tmp_path / verdicts.REPORT_FILE).exists()
+    assert (tmp_path / OUTPUTS.claims).exists() and (tmp_path / OUTPUTS.report).exists()
 
 
 def test_claims_failing_for_another_reason_leaves_its_files_byte_identical(
@@ -280,11 +281,11 @@ def test_remove_stale_temps_recurses_only_when_asked(tmp_path: Path) -> None:
 
 def test_claims_removes_its_own_stale_temps(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    stale = tmp_path / "results" / f"{io.TEMP_PREFIX}claims.json.00000000.json"
-    stale.parent.mkdir()
+    stale = tmp_path / "results/ci" / f"{io.TEMP_PREFIX}claims.json.00000000.json"
+    stale.parent.mkdir(parents=True)
     stale.write_text("")
     assert main([*CLI, "claims"]) == 0
-    assert not stale.exists() and (tmp_path / verdicts.CLAIMS_FILE).exists()
+    assert not stale.exists() and (tmp_path / OUTPUTS.claims).exists()
 
 
 # ----------------------------------------------------------------------------- file mode
@@ -334,7 +335,8 @@ def test_options_after_the_subcommand_reach_the_command(tmp_path: Path, monkeypa
     assert "attn_markov_fig3" in capsys.readouterr().out
     assert main(["claims", *CLI]) == 0
     assert main(["check", "--scale", "paper", "--params", str(PARAMS_FILE)]) == 1
-    assert "is stale" in capsys.readouterr().err  # written at ci, checked at paper
+    # written at ci, checked at paper: each scale has its own results tree
+    assert "results/paper/claims.json is missing" in capsys.readouterr().err
 
 
 def test_version(capsys) -> None:
@@ -354,17 +356,17 @@ def test_run_with_a_missing_upstream_output_names_it(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     assert main([*CLI, "run", name]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    first = params.experiment(upstream).output_paths[0]
+    first = params.output_paths(upstream)[0]
     assert line.startswith(f"error: {name} reads the outputs of {upstream}, but {first} is missing")
-    assert not (tmp_path / "results" / params.experiment(name).paper).exists()  # no work done
-    present = params.experiment(upstream).output_paths
+    assert not (tmp_path / params.results_dir / params.experiment(name).paper).exists()
+    present = params.output_paths(upstream)
     for path in present[:-1]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
     assert main(["run", name, *CLI]) == 2
     err = capsys.readouterr().err
     assert f"but {present[-1]} is missing; build it first" in err and "more" not in err
-    assert not (tmp_path / params.experiment(name).directory).exists()
+    assert not (tmp_path / params.directory(name)).exists()
 
 
 def test_no_broken_pipe_traceback_when_the_reader_leaves() -> None:
@@ -397,15 +399,15 @@ def test_check_says_missing_when_claims_json_is_missing(tmp_path: Path, monkeypa
     _write_outputs(tmp_path, _stuck(1.0))
     assert main([*CLI, "check"]) == 1
     assert capsys.readouterr().err == (
-        f"error: {verdicts.CLAIMS_FILE} is missing; build it with `python -m replicate claims` "
+        f"error: {OUTPUTS.claims} is missing; build it with `python -m replicate claims` "
         "(or `snakemake claims`)\n"
     )
-    (tmp_path / verdicts.CLAIMS_FILE).write_text("[{")
+    (tmp_path / OUTPUTS.claims).write_text("[{")
     assert main([*CLI, "check"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {verdicts.CLAIMS_FILE}: not a list of claim records")
+    assert err.startswith(f"error: {OUTPUTS.claims}: not a list of claim records")
     assert "rebuild it with `python -m replicate claims`" in err
-    assert (tmp_path / verdicts.CLAIMS_FILE).read_text() == "[{"  # check writes nothing
+    assert (tmp_path / OUTPUTS.claims).read_text() == "[{"  # check writes nothing
 
 
 # ----------------------------------------------------------------------------- verdict summaries
@@ -413,10 +415,10 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.chdir(tmp_path)
     _write_outputs(tmp_path, _stuck(1.0))
     assert main([*CLI, "claims"]) == 0
-    records = verdicts.load_records(tmp_path)
-    paths = verdicts.verdict_summary_paths(tmp_path)
+    records = verdicts.load_records("ci", tmp_path)
+    paths = OUTPUTS.summaries(tmp_path)
     assert [p.relative_to(tmp_path) for p in paths] == [
-        Path(f"results/verdicts/{paper}.json")
+        Path(f"results/ci/verdicts/{paper}.json")
         for paper in ("attn_markov", "local_global", "subngrams", "two_layer")
     ]
     keys = ["claims", "implied", "facts", "holds", "does_not_reproduce", "inconclusive"]
@@ -425,7 +427,7 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
     for path in paths:
         summary = json.loads(path.read_text())
         assert list(summary) == keys and all(type(v) is int for v in summary.values())
-        recs = [r for r in records if f"results/verdicts/{r.paper}.json" in str(path)]
+        recs = [r for r in records if f"results/ci/verdicts/{r.paper}.json" in str(path)]
         facts = [r for r in recs if r.implied_by is None]
         assert summary == {
             "claims": len(recs),
@@ -436,7 +438,7 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
             "inconclusive": sum(r.verdict == "inconclusive" for r in facts),
             "not_tested": sum(r.verdict == "not-tested" for r in facts),
             "missing": sum(r.verdict == "missing" for r in facts),
-            "unexpected": sum(not r.matches_expectation for r in recs),
+            "unexpected": len(verdicts.unexpected(recs)),
         }
         total = {k: total[k] + summary[k] for k in keys}
     assert total["claims"] == len(records) == len(load_claims(load_params(PARAMS_FILE)).claims)

@@ -229,6 +229,34 @@ def test_evaluate_snapshot_uses_then_restores_parameters() -> None:
     assert fig4.evaluate_snapshot(trained, 99) is None
 
 
+@pytest.mark.parametrize("per_seed", [True, False], ids=["b_per_seed", "a_per_init"])
+def test_fig4_loss_panels_name_their_runs(per_seed: bool) -> None:
+    """Panel (b)'s legend names each seed ("seed 0", not a bare "0"); (a)'s each init."""
+    import matplotlib.pyplot as plt
+
+    from replicate import plotting
+
+    s = load_params(PARAMS_FILE).settings("local_global_fig4")
+    curves = pd.DataFrame(
+        [
+            {"chain": s.chain.tag, "init": init, "seed": seed, "step": step,
+             "test_loss": 0.66 - 1e-5 * step * (k + 1)}
+            for k, init in enumerate(s.inits)
+            for seed in s.seeds
+            for step in (0, 250, 500)
+        ]
+    )  # fmt: skip
+    table = pd.DataFrame(
+        {"chain": s.chain.tag, "oracle_bigram": 0.6503, "oracle_unigram": 0.6581}, index=[0]
+    )
+    fig, (ax,) = plotting.figure(1, 1)
+    fig4._loss_panel(ax, curves, table, s.chain, s, per_seed=per_seed)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    runs = [f"seed {seed}" for seed in s.seeds] if per_seed else list(s.inits)
+    assert legend == [*runs, "unigram oracle = 0.6581", "bigram oracle = 0.6503"]
+    plt.close(fig)
+
+
 def _sgd_settings() -> canonical_sgd.CanonicalSGDSettings:
     return canonical_sgd.CanonicalSGDSettings(
         chains=[ABOVE],
@@ -299,7 +327,7 @@ def test_every_paper_b_rule_runs_at_tiny_size(tiny_paper_b: tuple[Path, dict]) -
     }
     for name in metrics:
         provenance = json.loads(
-            (root / f"results/local_global/{name[13:]}/provenance.json").read_text()
+            (root / f"results/ci/local_global/{name[13:]}/provenance.json").read_text()
         )
         assert provenance["scale"] == "ci"
     fig1_metrics = metrics["local_global_fig1"]
@@ -311,7 +339,7 @@ def test_every_paper_b_rule_runs_at_tiny_size(tiny_paper_b: tuple[Path, dict]) -
 def test_tiny_training_rules_report_their_measures(tiny_paper_b: tuple[Path, dict]) -> None:
     root, metrics = tiny_paper_b
     fig6_metrics = metrics["local_global_fig6"]
-    structure = pd.read_csv(root / "results/local_global/fig6/structure.csv")
+    structure = pd.read_csv(root / "results/ci/local_global/fig6/structure.csv")
     assert set(structure.step) == {0, 1, 30}  # init, the shown iteration 1, the last
     start = structure[structure.step == 0]
     # the paper's init: W_V = alpha v^T is a random rank-one matrix, not zero
@@ -321,13 +349,13 @@ def test_tiny_training_rules_report_their_measures(tiny_paper_b: tuple[Path, dic
         assert fig6_metrics[f"all_steps/min_{name}"] == pytest.approx(structure[name].min())
         per_seed = [fig6_metrics[f"p0.2_q0.3/seed{s}/all_steps/min_{name}"] for s in (0, 1)]
         assert min(per_seed) == fig6_metrics[f"all_steps/min_{name}"]
-    variant = pd.read_csv(root / "results/local_global/fig6/structure_wv_zero.csv")
+    variant = pd.read_csv(root / "results/ci/local_global/fig6/structure_wv_zero.csv")
     assert variant.loc[variant.step == 0, "rho1_WV"].isna().all()  # the authors' W_V = 0
     assert "wv_zero/all_steps/min_rho1_WV" in fig6_metrics
     fig4_metrics = metrics["local_global_fig4"]
     assert math.isnan(fig4_metrics["p0.5_q0.8/standard/max_abs_delta_unigram_at_250"])
     assert "sgd/class_agreement" in fig4_metrics
-    runs = pd.read_csv(root / "results/local_global/fig4/runs.csv")
+    runs = pd.read_csv(root / "results/ci/local_global/fig4/runs.csv")
     assert len(runs) == 2 * 3 + 2  # shrink keeps 2 seeds x 3 inits, plus the extra chain
     starts = runs.groupby("init").initial_loss.min()
     assert starts["paper_literal"] > 10.0 > 1.0 > starts["standard"]  # Delta = -510 at init

@@ -21,7 +21,7 @@ NAME = "attn_markov_fig3"
 
 def _outputs(root: Path, provenance: dict) -> None:
     params = load_params(REPO / "params.yaml", only=[NAME])
-    directory = root / params.experiment(NAME).directory
+    directory = root / params.directory(NAME)
     io.write_json(directory / PROVENANCE_FILE, provenance)
     io.write_json(directory / "metrics.json", _stuck(1.0))
 
@@ -54,7 +54,7 @@ def test_other_settings_are_named_and_their_claims_missing(tmp_path: Path) -> No
 
 def test_unreadable_provenance_is_a_mismatch(tmp_path: Path) -> None:
     params = load_params(REPO / "params.yaml", only=[NAME])
-    directory = tmp_path / params.experiment(NAME).directory
+    directory = tmp_path / params.directory(NAME)
     directory.mkdir(parents=True)
     (directory / PROVENANCE_FILE).write_text("{")
     (message,) = mismatches(NAME, params, tmp_path)

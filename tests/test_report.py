@@ -19,7 +19,7 @@ from replicate.claim_files import load_claims
 from replicate.config import load_params
 from replicate.control_record import DEFINITION_FIELDS
 from replicate.params import PAPERS, Params
-from replicate.verdicts import CLAIMS_FILE, REPORT_FILE, ClaimRecord
+from replicate.verdicts import ClaimRecord, ClaimsOutputs
 
 from .conftest import CLAIMS_DIR, PARAMS_FILE, REPO
 
@@ -278,7 +278,7 @@ def test_the_settings_line_gives_each_orders_training_length() -> None:
 
 
 def test_every_png_of_an_experiment_is_shown(params: Params, tmp_path: Path) -> None:
-    maps = tmp_path / "results/two_layer/maps"
+    maps = tmp_path / "results/ci/two_layer/maps"
     maps.mkdir(parents=True)
     for k in (1, 2):
         (maps / f"maps_k{k}.png").write_bytes(b"")
@@ -363,12 +363,16 @@ def test_a_caption_shows_a_statement_with_bars_literally(params: Params) -> None
     assert "the error |e| and |Pr - p_hat_k| stay small" in html
 
 
+CLAIMS_FILE = ClaimsOutputs("ci").claims
+REPORT_FILE = ClaimsOutputs("ci").report
+
+
 def _write_records(root: Path, records: list[ClaimRecord]) -> None:
     io.write_json(root / CLAIMS_FILE, [r.to_json() for r in records])
 
 
 def test_console_summary_ends_a_run_with_the_verdicts(tmp_path: Path) -> None:
-    assert report.console_summary(tmp_path) == [
+    assert report.console_summary("ci", tmp_path) == [
         f"claims: {CLAIMS_FILE} is not written yet: `snakemake claims` evaluates every claim"
     ]
     wrong = _record("A-wrong", verdict="does-not-reproduce", matches_expectation=False)
@@ -376,7 +380,7 @@ def test_console_summary_ends_a_run_with_the_verdicts(tmp_path: Path) -> None:
     inputs = tmp_path / "params.yaml"
     inputs.write_text("")
     os.utime(inputs, (0, 0))  # older than claims.json
-    assert report.console_summary(tmp_path, [Path("params.yaml")]) == [
+    assert report.console_summary("ci", tmp_path, [Path("params.yaml")]) == [
         "claims: 1 of 2 verdicts as expected",
         "  UNEXPECTED A-wrong: does-not-reproduce, expected holds",
         "papers' own results (2 claims): 1 hold, 1 do not reproduce",
@@ -384,7 +388,7 @@ def test_console_summary_ends_a_run_with_the_verdicts(tmp_path: Path) -> None:
     ]
     later = (tmp_path / CLAIMS_FILE).stat().st_mtime + 10
     os.utime(inputs, (later, later))
-    lines = report.console_summary(tmp_path, [Path("params.yaml")])
+    lines = report.console_summary("ci", tmp_path, [Path("params.yaml")])
     assert lines[1].startswith(f"  (as {CLAIMS_FILE} last recorded them: outputs or claims")
 
 
@@ -394,7 +398,7 @@ def test_console_summary_names_at_most_a_few_failures(tmp_path: Path) -> None:
         for i in range(report.SHOWN_FAILURES + 3)
     ]
     _write_records(tmp_path, many)
-    lines = report.console_summary(tmp_path)
+    lines = report.console_summary("ci", tmp_path)
     assert lines[report.SHOWN_FAILURES + 1] == f"  ... and 3 more (all in {REPORT_FILE})"
 
 
@@ -439,3 +443,12 @@ def test_the_tracker_pattern_finds_tracker_numbers() -> None:
         "x.claims[0].note"
     ]
     assert not TRACKER.search("the tissue 3 cells")
+
+
+def test_a_section_is_labelled_by_the_item_its_experiment_names() -> None:
+    """An experiment named for a figure, table, theorem, proposition or appendix is shown as
+    that item (paper C's `thm42` is Thm. 4.2 even though its first claim is on Lemma 3.1);
+    another name falls back to its first claim's figure."""
+    assert [
+        report.item_figure(i) for i in ("fig3", "table_h5", "thm42", "prop32", "appD", "maps")
+    ] == ["Fig. 3", "Table H.5", "Thm. 4.2", "Prop. 3.2", "App. D", None]

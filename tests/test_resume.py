@@ -92,7 +92,7 @@ def _kill_mid_second_training(cwd: Path) -> None:
 
 
 def _outputs(cwd: Path) -> dict[str, bytes]:
-    folder = cwd / "results" / "attn_markov" / "fig3"
+    folder = cwd / "results" / "ci" / "attn_markov" / "fig3"
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
@@ -108,7 +108,7 @@ def test_killed_run_resumes_to_identical_outputs(tmp_path: Path) -> None:
     second = [_step(p) for p in folders[1].glob("step*.ckpt")]
     assert first == [TRAINING["steps"]], "the finished training keeps only its final checkpoint"
     assert len(second) == 1 and 0 < second[0] < TRAINING["steps"]
-    assert not (work / "results" / "attn_markov" / "fig3" / "metrics.json").exists()
+    assert not (work / "results" / "ci" / "attn_markov" / "fig3" / "metrics.json").exists()
 
     rerun = _run(work)
     for folder, step in ((folders[0], TRAINING["steps"]), (folders[1], second[0])):

@@ -20,7 +20,7 @@ from replicate.claim_files import load_claims, read_stability, stability_file
 from replicate.config import load_params
 from replicate.expect import RefusedRecording
 from replicate.params import ConfigError
-from replicate.provenance import code_digest
+from replicate.sources import paper_digest
 from replicate.stability import compare, stability
 from replicate.verdicts import ClaimRecord
 
@@ -81,12 +81,12 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     assert path == stability_file(params.claims_dir)
     record = read_stability(path)  # as the command wrote it: its digest matches
     entry = record.perturbations["threads-2"]
-    claims = json.loads((project / "results/claims.json").read_text())
+    claims = json.loads((project / "results/ci/claims.json").read_text())
     assert sorted(entry.papers) == ["attn_markov", "local_global"]
     assert sum(check.claims for check in entry.papers.values()) == len(claims) > 0
     for paper, check in entry.papers.items():
         assert (check.values_moved, check.verdicts_changed) == (0, [])
-        assert check.code_sha256 == code_digest(paper, project)
+        assert check.code_sha256 == paper_digest(paper, project)
         assert len(check.commit) >= 7
     assert (record.scale, entry.threads) == ("ci", 2)
     clone_params = yaml.safe_load((tmp_path / "threads-2" / "params.yaml").read_text())
@@ -98,8 +98,8 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     after = json.loads(path.read_text())["perturbations"]["threads-2"]["papers"]
     assert after["attn_markov"] == before["attn_markov"]
     assert after["local_global"]["claims"] == before["local_global"]["claims"]
-    assert not (tmp_path / "threads-2/results/attn_markov").exists()
-    assert (tmp_path / "threads-2/results/local_global").is_dir()
+    assert not (tmp_path / "threads-2/results/ci/attn_markov").exists()
+    assert (tmp_path / "threads-2/results/ci/local_global").is_dir()
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")

@@ -30,7 +30,7 @@ from replicate.claim_files import (
 from replicate.claims import evaluate
 from replicate.config import load_params
 from replicate.params import ConfigError, Params
-from replicate.provenance import code_digest
+from replicate.sources import paper_digest
 from replicate.stability import _drop_cpu_marks, _earlier, merge, paper_check
 from replicate.verdicts import unexpected
 
@@ -96,7 +96,7 @@ def test_a_record_as_the_command_writes_it_backs_the_mark(project: Params) -> No
     record = read_stability(stability_file(project.claims_dir))
     check = record.perturbations["aten-default"].papers[PAPER]
     assert (check.code_sha256, check.commit) == (
-        code_digest(PAPER),
+        paper_digest(PAPER),
         head_commit(project.file.parent),
     )
     (row,) = check.verdicts_changed
@@ -168,7 +168,7 @@ def test_a_record_of_other_code_makes_the_mark_stale(project: Params) -> None:
     run = {"commit": commit, "date": "2026-11-28", "cpu": "test", "seconds": 1}
     native = [synthetic_record(CLAIM_ID, PAPER, "holds", 1.0)]
     perturbed = [synthetic_record(CLAIM_ID, PAPER, "inconclusive", 0.5)]
-    other_code = code_digest("two_layer")  # any digest but the paper's own
+    other_code = paper_digest("two_layer")  # any digest but the paper's own
     check = paper_check(PAPER, run, other_code, native, perturbed)
     write_stability(
         stability_file(project.claims_dir), merge(None, "ci", "threads-2", {PAPER: check})
@@ -209,7 +209,7 @@ def _check(paper: str, commit: str, verdict: str) -> dict[str, Any]:
     run = {"commit": commit, "date": "2026-11-28", "cpu": "test", "seconds": 7}
     native = [synthetic_record(f"{paper}-claim", paper, "holds", 1.0)]
     perturbed = [synthetic_record(f"{paper}-claim", paper, verdict, 0.5)]
-    return paper_check(paper, run, code_digest(paper), native, perturbed)
+    return paper_check(paper, run, paper_digest(paper), native, perturbed)
 
 
 def test_papers_rerun_replace_only_their_entries(tmp_path: Path) -> None:

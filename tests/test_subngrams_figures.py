@@ -1,11 +1,13 @@
-"""Paper C's figures draw what their claims read, with no text over another: Fig. 3's maps
-are of the seed whose heads switch, Figs. 1/6/7 mark the plateaus and their orders on their
-own panels (no twin axis), Thm. 4.2's norms sit on log axes, Fig. 4 names its runs, long
-titles wrap. Every figure is drawn from synthetic saved outputs (no training)."""
+"""Paper C's figures draw what their claims read, with no text over another: Figs. 3 and 4's
+maps are of the seed whose heads switch (Fig. 4's those its probe averages, as attention.csv
+keeps them), Figs. 1/6/7 mark the plateaus and their orders on their own panels (no twin
+axis), Thm. 4.2's norms sit on log axes, Fig. 4 names its runs, long titles wrap. Every
+figure is drawn from synthetic saved outputs (no training)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -14,9 +16,16 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from replicate import plotting
+from replicate import io, plotting
 from replicate.config import load_params
 from replicate.experiments.subngrams import drawing, fig3, fig4, fig5, thm42
+from replicate.experiments.subngrams.general import (
+    attention_map_probe,
+    attention_mass_probe,
+    general_config,
+)
+from replicate.experiments.subngrams.stages import masses_of
+from replicate.training import gpt_ensemble
 
 
 def _settings(name: str, model: type):
@@ -38,25 +47,31 @@ STEPS = np.arange(0, 16385, 1024)
 T = 8
 
 
-def _histories() -> dict:
-    """Fig. 3's histories.pt: causal maps, every head uniform at first and on the (-1)-token
-    from the middle on; seed 3's second head on the (-2)-token at the end."""
-    n, heads = len(STEPS), 2
-    causal = torch.tril(torch.ones(T, T))
+def _maps(members: int, n: int, seq_len: int, switched: int) -> torch.Tensor:
+    """Causal first-layer maps (members, n, 2, T, T): every head uniform at first and on the
+    (-1)-token from the middle on; member ``switched``'s second head on the (-2)-token at the
+    end."""
+    causal = torch.tril(torch.ones(seq_len, seq_len))
     uniform = causal / causal.sum(-1, keepdim=True)
-    shifted = [torch.diag_embed(torch.ones(T - d), offset=-d) for d in (1, 2)]
+    shifted = [torch.diag_embed(torch.ones(seq_len - d), offset=-d) for d in (1, 2)]
     on = [uniform.clone() for _ in shifted]
     for d, (target, shift) in enumerate(zip(on, shifted, strict=True), start=1):
         target[d:] = shift[d:]
-    attention = uniform.repeat(len(SEEDS), n, heads, 1, 1)
+    attention = uniform.repeat(members, n, 2, 1, 1)
     attention[:, n // 2 :] = on[0]
-    attention[2, -1, 1] = on[1]
+    attention[switched, -1, 1] = on[1]
+    return attention
+
+
+def _histories() -> dict:
+    """Fig. 3's histories.pt: `_maps` of the three seeds, seed 3's heads switching."""
+    n = len(STEPS)
     loss = torch.linspace(1.70, 1.60, n).repeat(len(SEEDS), 1)
     return {
         "seeds": SEEDS,
         "steps": torch.tensor(STEPS),
         "test_loss": loss,
-        "attention": attention,
+        "attention": _maps(len(SEEDS), n, T, switched=2),
         "levels": torch.tensor([1.6256, 1.6112, 1.4326]),
         "level_noise": 0.003,
     }
@@ -163,8 +178,25 @@ def test_a_long_title_is_wrapped_to_the_canvas():
 
 
 # ----------------------------------------------------------------------------- Fig. 4
-def test_fig4_names_its_runs_by_seed_and_embedding():
-    s = _settings("subngrams_fig4", fig4.Fig4Settings)
+def test_the_map_probe_averages_causal_maps_whose_masses_the_mass_probe_reads():
+    """Layer 1's maps of the general transformer, averaged over the probe sequences: causal,
+    each row a distribution, one set per member; the masses F4b and F4c read are theirs."""
+    cfg = general_config(states=3, order=3, seq_len=8, embedding="learned", mlp="none")
+    model = gpt_ensemble(cfg, [0, 1])
+    tokens = torch.randint(0, 3, (1, 5, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        maps = attention_map_probe(tokens)(model)
+        masses = attention_mass_probe(tokens)(model)
+    assert maps.shape == (2, 2, 8, 8)  # (members, heads, T, T)
+    np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-6)
+    assert np.all(np.triu(maps, k=1) == 0.0)
+    assert not np.allclose(maps[0], maps[1])  # one set per member
+    np.testing.assert_array_equal(masses, masses_of(torch.from_numpy(maps)))
+
+
+def _fig4_outputs(s: fig4.Fig4Settings, tmp_path: Path):
+    """curves.csv, attention.csv (written and read back), metrics and plateaus of a run where
+    only the second seed's heads end on the (-1)- and (-2)-token (F4c)."""
     steps = np.arange(0, 1201, 16)
     curves = pd.DataFrame(
         [
@@ -176,14 +208,52 @@ def test_fig4_names_its_runs_by_seed_and_embedding():
     )
     levels = {1: 1.07, 2: 1.04, 3: 0.95}
     metrics = {f"{e}/kgram/b{k}": b for e in s.embeddings for k, b in levels.items()}
-    metrics |= {f"{e}/seed{seed}/b_read_step": 304.0 for e in s.embeddings for seed in s.seeds}
+    maps = _maps(len(s.seeds), len(steps), s.training.seq_len, switched=1).numpy()
+    rows = []
+    for e in s.embeddings:
+        for i, seed in enumerate(s.seeds):
+            values = {
+                "b_read_step": 304.0,
+                "b_read_at_marked_step": 0.0,
+                fig4.CLAIMED["F4c"]: float(i == 1),
+            }
+            metrics |= {f"{e}/seed{seed}/{k}": v for k, v in values.items()}
+            columns = fig4.map_columns(steps, values)
+            rows.append(fig4.attention_rows(e, seed, steps, maps[i], columns))
+    io.write_csv(tmp_path / "attention.csv", pd.concat(rows, ignore_index=True))
+    attention = pd.read_csv(tmp_path / "attention.csv")
     mark = drawing.PlateauMark(400.0, 1200.0, 0.97, 3, (3,))
     plateaus = {(e, seed): [mark] for e in s.embeddings for seed in s.seeds}
-    fig = fig4.draw(curves, metrics, plateaus, s, "ci")
-    for ax, embedding in zip(fig.axes, s.embeddings, strict=True):
+    return steps, maps, curves, attention, metrics, plateaus
+
+
+def test_fig4_draws_the_saved_maps_of_the_seed_whose_heads_switch(tmp_path: Path):
+    s = _settings("subngrams_fig4", fig4.Fig4Settings)
+    steps, maps, curves, attention, metrics, plateaus = _fig4_outputs(s, tmp_path)
+    by_row = attention.groupby(["embedding", "seed", "column", "head", "query"]).weight.sum()
+    np.testing.assert_allclose(by_row, 1.0, atol=1e-5)  # every saved row a distribution
+    assert sorted(attention.step.unique()) == [0, 304, 1200]  # start, F4b's read, the end
+    assert set(attention.what) == {
+        "start of training", "middle of the bigram plateau", "end of training",
+    }  # fmt: skip
+    fig = fig4.draw(curves, attention, metrics, plateaus, s, "ci")
+    shown = 1  # the second seed's heads switch (F4c), the first seed's do not
+    assert [fig4.shown_seed(e, metrics, s) for e in s.embeddings] == [s.seeds[shown]] * 2
+    map_axes = [ax for ax in fig.axes if ax.images]
+    columns = [0, int(np.flatnonzero(steps == 304)[0]), len(steps) - 1]
+    assert len(map_axes) == len(s.embeddings) * 2 * len(columns)  # embeddings x heads x steps
+    expected = [maps[shown, j, h] for _ in s.embeddings for h in range(2) for j in columns]
+    for ax, drawn in zip(map_axes, expected, strict=True):
+        np.testing.assert_allclose(ax.images[0].get_array(), drawn, atol=1e-6)
+    end_head_2 = map_axes[2 * len(columns) - 1].get_title()
+    assert "end of training, t = 1200" in end_head_2 and "m(1) = 0.00, m(2) = 1.00" in end_head_2
+    loss_axes = [ax for ax in fig.axes if ax.get_legend() is not None]
+    for ax, embedding in zip(loss_axes, s.embeddings, strict=True):
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
         assert legend == [f"seed {seed}: plateaus at k = 3" for seed in s.seeds]
-        assert fig4.EMBEDDING_NAMES.get(embedding, embedding) in ax.get_title()
+        title = ax.get_title()
+        assert fig4.EMBEDDING_NAMES.get(embedding, embedding) in title
+        assert f"seed {s.seeds[shown]}'s heads, the first to end on −1 and −2" in title
     _clean(fig)
 
 

@@ -194,7 +194,7 @@ def test_an_absent_event_is_an_outcome_of_its_claims_never_missing(
     ids = ["C-F3b-bigram-estimator", "C-F3c-plateau-level"]
     path = params_with_claims(tmp_path, params_dict, [claim_dict(i) for i in ids])
     params = load_params(path, scale="ci")
-    out = tmp_path / "results/subngrams/fig3"
+    out = tmp_path / "results/ci/subngrams/fig3"
     out.mkdir(parents=True)
     (out / "provenance.json").write_text(json.dumps(recorded_inputs("subngrams_fig3", params)))
 

@@ -32,7 +32,7 @@ from .conftest import PARAMS_FILE, TRAINING_FREE, built_training_free_workflow
 
 BIN = Path(sys.executable).parent
 KEPT = TRAINING_FREE
-TABLE1 = Path("results/attn_markov/table1")
+TABLE1 = Path("results/ci/attn_markov/table1")
 
 pytestmark = [
     pytest.mark.workflow(seconds=180),
@@ -99,7 +99,7 @@ def test_the_claims_targets_remake_a_deleted_output(built: Path, target: str) ->
 # ----------------------------------------------------------------------------- item 5
 def _advice(root: Path, claim_experiment: str) -> str:
     """The command in the notes of ``claim_experiment``'s claims in claims.json (one)."""
-    records = json.loads((root / "results/claims.json").read_text())
+    records = json.loads((root / "results/ci/claims.json").read_text())
     notes = {r["note"] for r in records if r["experiment"] == claim_experiment}
     commands = {m for note in notes for m in re.findall(r"`(snakemake [^`]*)`", note)}
     assert len(commands) == 1, notes
@@ -112,7 +112,7 @@ def _advice(root: Path, claim_experiment: str) -> str:
 def test_the_advice_for_a_corrupt_output_works_as_written(built: Path, corrupt: str) -> None:
     metrics = built / TABLE1 / "metrics.json"
     good = metrics.read_bytes()
-    claims_before = (built / "results/claims.json").read_bytes()
+    claims_before = (built / "results/ci/claims.json").read_bytes()
     metrics.write_text(corrupt)
     assert snakemake(built, "claims").returncode == 1  # the check fails on missing claims
     advice = _advice(built, "attn_markov_table1")
@@ -122,7 +122,7 @@ def test_the_advice_for_a_corrupt_output_works_as_written(built: Path, corrupt: 
     res = snakemake(built, *command[1:])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert metrics.read_bytes() == good
-    assert (built / "results/claims.json").read_bytes() == claims_before
+    assert (built / "results/ci/claims.json").read_bytes() == claims_before
 
 
 def test_a_nan_metric_gives_the_advice(tmp_path: Path) -> None:
@@ -193,11 +193,11 @@ def test_a_full_disk_is_one_line_naming_the_file(built: Path, tmp_path: Path) ->
         pytest.skip("needs unshare (util-linux)")
     for name in ("params.yaml", "claims"):
         (shutil.copytree if name == "claims" else shutil.copy)(built / name, tmp_path / name)
-    (tmp_path / "results").mkdir()
+    (tmp_path / "results/ci").mkdir(parents=True)
     script = (
-        "mount -t tmpfs -o size=4k tmpfs results || exit 77; "
+        "mount -t tmpfs -o size=4k tmpfs results/ci || exit 77; "
         f"{shlex.quote(sys.executable)} -m replicate run {KEPT[0]}; echo rc=$?; "
-        f"ls -A results/{TABLE1.relative_to('results')}"
+        f"ls -A {TABLE1}"
     )
     res = subprocess.run(
         ["unshare", "-rm", "sh", "-c", script],

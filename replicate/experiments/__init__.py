@@ -9,11 +9,9 @@ imports its own module only (not its paper's others, nor their heavy dependencie
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -83,82 +81,8 @@ class _Registry(Mapping[str, Experiment]):
 REGISTRY: Mapping[str, Experiment] = _Registry()
 
 
-SHARED_CODE = (
-    "lightning_modules",
-    "replicate/__init__.py",
-    "replicate/__main__.py",
-    "replicate/cli.py",
-    "replicate/config.py",
-    "replicate/params.py",
-    "replicate/settings.py",
-    "replicate/io.py",
-    "replicate/plotting.py",
-    "replicate/provenance.py",
-    "replicate/training.py",
-    "replicate/lightning_callbacks.py",
-    "replicate/analysis",
-    "replicate/markov",
-    "replicate/theory",
-    "replicate/experiments/__init__.py",
-    "replicate/experiments/base.py",
-    "replicate/experiments/runner.py",
-    "replicate/experiments/hyperparameter_tables.py",
-)
-"""Code every experiment runs through (issue 11: a change to any of it makes every experiment
-stale, in Snakemake and in DVC alike)."""
-
-CLAIMS_CODE = (
-    "replicate/__init__.py",
-    "replicate/__main__.py",
-    "replicate/cli.py",
-    "replicate/config.py",
-    "replicate/params.py",
-    "replicate/settings.py",
-    "replicate/experiments/__init__.py",
-    "replicate/io.py",
-    "replicate/provenance.py",
-    "replicate/claim_files.py",
-    "replicate/claims.py",
-    "replicate/verdicts.py",
-    "replicate/report.py",
-)
-"""Code the claims check runs through."""
-
-
-def code_paths(paper: str | None) -> list[str]:
-    """The files and folders whose content shapes paper ``paper``'s outputs (None: the
-    claims'): DVC's deps, each folder hashed whole."""
-    return [*SHARED_CODE, f"replicate/experiments/{paper}"] if paper else list(CLAIMS_CODE)
-
-
-def code_dependencies(paper: str | None, root: Path = Path(".")) -> list[str]:
-    """`code_paths` with folders expanded to their source files, relative to the project
-    ``root``: Snakemake's inputs. The same files DVC hashes (`.dvcignore` leaves out
-    ``__pycache__``)."""
-    return list(_code_files(paper, root))
-
-
-@functools.cache
-def _code_files(paper: str | None, root: Path) -> tuple[str, ...]:
-    files: list[str] = []
-    for p in code_paths(paper):
-        if (root / p).is_dir():
-            files += sorted(
-                str(f.relative_to(root))
-                for f in (root / p).rglob("*")
-                if f.is_file() and "__pycache__" not in f.parts
-            )
-        else:
-            files.append(p)
-    return tuple(files)
-
-
 __all__ = [
-    "CLAIMS_CODE",
     "PAPERS",
     "REGISTRY",
-    "SHARED_CODE",
-    "code_dependencies",
-    "code_paths",
     "paper_of",
 ]

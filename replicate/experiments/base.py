@@ -48,6 +48,14 @@ class RunContext:
         self.read.add("classification")
         return self.shared
 
+    @property
+    def upstream_dir(self) -> Path:
+        """The output folder of the experiment this one reads (its ``upstream``, an item of
+        the same paper), beside its own in the same scale's results tree."""
+        if self.entry.upstream is None:
+            raise RuntimeError(f"{self.name} reads no other experiment (no upstream)")
+        return Path(self.out_dir).parent / self.entry.upstream
+
     def save_figure(self, fig: Figure, stem: str = "figure") -> None:
         """Check the figure's layout (into `layout_problems`), write ``stem``.png and
         ``stem``.pdf, then release the figure."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import pandas as pd
@@ -33,7 +32,7 @@ from pydantic import BaseModel
 
 from lightning_modules import EnsembleGPT, GPTConfig
 from replicate.experiments.base import Metrics, RunContext
-from replicate.params import PROVENANCE_FILE
+from replicate.params import PROVENANCE_FILE, results_dir
 from replicate.settings import ModelSettings, OptimSettings, TrainingSettings
 from replicate.training import gpt_ensemble
 
@@ -230,7 +229,7 @@ REPETITIONS: Table2Row[Any] = Table2Row(
 
 def upstream_settings(ctx: RunContext, model: type[M]) -> M:
     """The resolved settings the upstream experiment recorded in provenance.json, as ``model``."""
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / PROVENANCE_FILE
+    path = ctx.upstream_dir / PROVENANCE_FILE
     return model.model_validate(json.loads(path.read_text())["settings"])
 
 
@@ -272,7 +271,8 @@ def table2(
     ctx.save_csv(frame, "table2.csv")
     title = (
         f"# Paper {paper}, Table 2 vs the settings of the {figure} runs "
-        f"({ctx.scale} scale, from results/{ctx.entry.paper}/{ctx.entry.upstream}/provenance.json)"
+        f"({ctx.scale} scale, from {results_dir(ctx.scale) / ctx.entry.paper}/"
+        f"{ctx.entry.upstream}/provenance.json)"
     )
     ctx.save_text(f"{title}\n\n{frame_to_markdown(frame)}", "table2.md")
     return metrics

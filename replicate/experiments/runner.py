@@ -4,8 +4,8 @@ It calls the experiment's function (`replicate.experiments.base`), adds ``metric
 ``provenance.json`` and checks that exactly the outputs that params.yaml lists were written.
 Trainings inside an experiment checkpoint under ``checkpoints/<name>/`` (outside the DVC
 outputs; every ``cluster.checkpoint_every`` steps) and a rerun after a crash resumes from
-there; the folder is removed once the outputs are complete. Wall-clock timings are
-Snakemake's benchmark files (``logs/benchmarks/``), never outputs.
+there; the folder is removed once the outputs are complete. Wall-clock timings go to
+``logs/<scale>/benchmarks/`` (`replicate.params.timings_dir`), never to the outputs.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from replicate.params import METRICS_FILE, PROVENANCE_FILE, Params
 from replicate.provenance import (
     CODE_DIGEST,
     LEARNING,
-    code_digest,
     learning_switched_off,
     recorded_inputs,
 )
+from replicate.sources import experiment_digest
 from replicate.training import checkpointing, configure_torch
 
 CHECKPOINT_DIR = Path("checkpoints")
@@ -42,7 +42,7 @@ def provenance(name: str, params: Params) -> dict[str, object]:
         **recorded_inputs(name, params),
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
-        CODE_DIGEST: code_digest(params.experiment(name).paper),
+        CODE_DIGEST: experiment_digest(name),
         **({LEARNING: "off"} if learning_switched_off() else {}),
     }
 
@@ -76,7 +76,7 @@ def run_in_context(
         name=name,
         entry=entry,
         scale=params.scale,
-        out_dir=root / entry.directory,
+        out_dir=root / params.directory(name),
         shared=params.raw.classification,
         progress=progress,
     )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -47,7 +46,7 @@ class AppendixDSettings(Strict):
 # ----------------------------------------------------------------------------- reading models
 def upstream_checkpoint(ctx: RunContext) -> dict:
     """The weight-tied ensemble that the upstream experiment (Fig. 3) saved in models.pt."""
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "models.pt"
+    path = ctx.upstream_dir / "models.pt"
     return torch.load(path, weights_only=True)["tied"]
 
 

@@ -14,7 +14,6 @@ that the settings coincide. Their curves are read as written (6 decimals).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
@@ -223,7 +222,7 @@ def _check_reusable(s: Fig1Settings, upstream: Fig3Settings) -> None:
 def reused_runs(s: Fig1Settings, ctx: RunContext) -> list[FittedRun]:
     """The `REUSED` runs rebuilt from the upstream Fig. 3's metrics.json and curves.csv."""
     _check_reusable(s, hp.upstream_settings(ctx, Fig3Settings))
-    directory = Path(ctx.out_dir).parent / str(ctx.entry.upstream)
+    directory = ctx.upstream_dir
     metrics = json.loads((directory / METRICS_FILE).read_text())
     curves = pd.read_csv(directory / "curves.csv")
     tying = "tied" if s.tied else "untied"

@@ -250,9 +250,8 @@ def _loss_panel(
     rows = table[table.chain == chain.tag]
     if per_seed:
         mine = mine[mine.init == "standard"]
-        plotting.per_seed_lines(
-            ax, mine.assign(seed=mine.seed.astype(str)), x="step", y="test_loss", hue="seed"
-        )
+        runs = mine.assign(run="seed " + mine.seed.astype(str))  # the legend names the seed
+        plotting.per_seed_lines(ax, runs, x="step", y="test_loss", hue="run")
         ax.set(xlabel="training iteration", ylabel="test loss (nats)")
     else:
         plotting.loss_curves(ax, mine, hue="init", title="")

@@ -1,7 +1,8 @@
 """How paper C's figures draw what their claims read: the add-alpha k-gram levels (the
 dashed lines of every figure, paper C Fig. 1 caption), the plateaus the stage analysis
 finds and the k-gram order each is assigned (`stages`), and the loss-and-gradient panels
-of Figs. 1, 6 and 7 (paper C, Fig. 1 and App. I.3).
+of Figs. 1, 6 and 7 (paper C, Fig. 1 and App. I.3), and the first-layer attention maps of
+Figs. 3 and 4 (paper C, Fig. 3 (b); App. I.1, Fig. 4 (b, d)).
 
 Every figure lays out with matplotlib's constrained layout, its legend of shared entries
 below the panels and its title wrapped to the canvas (`finish`), so no text is drawn over
@@ -11,21 +12,24 @@ another.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.gridspec import GridSpec
+from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import ScaledTranslation
 
 from replicate import plotting
 from replicate.analysis import running_median
-from replicate.experiments.subngrams.stages import Stages
+from replicate.experiments.subngrams.stages import OFFSETS, Stages, masses_of
 
 LEVEL_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d")
 """Colour of the k-gram level b_k and of the plateaus assigned order k (Dark2: no blue,
@@ -58,6 +62,54 @@ def figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure,
     fig, axes = plotting.figure(nrows, ncols, width=width, height=height)
     fig.set_layout_engine("constrained")
     return fig, axes
+
+
+def panel_grid(
+    nrows: int, ncols: int, width: float, height: float, width_ratios: Sequence[float]
+) -> tuple[Figure, GridSpec]:
+    """An empty ``width`` x ``height`` inch figure in the project style, laid out by
+    constrained layout, and its grid of ``nrows`` x ``ncols`` cells for panels that span
+    several (a loss panel beside a block of attention maps)."""
+    import matplotlib.pyplot as plt
+
+    plotting.style()
+    fig = plt.figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_gridspec(nrows, ncols, width_ratios=list(width_ratios))
+
+
+def first_seed_with(
+    seeds: Sequence[int], metrics: Mapping[str, float], key: Callable[[int], str]
+) -> int:
+    """The first seed whose per-seed indicator ``metrics[key(seed)]`` is 1 (the seed whose
+    maps a figure shows: one whose heads do what the figure is about), else the first seed."""
+    return next((seed for seed in seeds if metrics.get(key(seed)) == 1.0), seeds[0])
+
+
+def attention_maps(
+    rows: Sequence[Sequence[Axes]], maps: Sequence[torch.Tensor], titles: Sequence[str]
+) -> AxesImage:
+    """First-layer attention softmax(A1^(h)), one head per row of axes ``rows`` and one map
+    set (H, T, T) of ``maps`` per column, on one colour scale from 0 to 1; each titled with
+    its column's title and the head's offset masses m_h(1), m_h(2) (`stages.masses_of`, the
+    masses the claims read). Returns the last image, for a colour bar."""
+    one, two = OFFSETS.index(1), OFFSETS.index(2)
+    image = None
+    for col, (heads, title) in enumerate(zip(maps, titles, strict=True)):
+        masses = masses_of(heads)  # (H, len(OFFSETS))
+        for h, row in enumerate(rows):
+            ax = row[col]
+            image = ax.imshow(heads[h].numpy(), cmap="viridis", vmin=0, vmax=1)
+            ax.grid(False)
+            ax.set(
+                title=f"{title}\nhead {h + 1}: m(1) = {masses[h, one]:.2f}, "
+                f"m(2) = {masses[h, two]:.2f}",
+                xlabel="key position j",
+                ylabel="query position l",
+            )
+            ax.title.set_fontsize(9)
+    if image is None:
+        raise ValueError("no map to draw")
+    return image
 
 
 def kgram_lines(ax: Axes, levels: Sequence[float]) -> list[Line2D]:

@@ -222,7 +222,7 @@ def shown_seed(seeds: Sequence[int], metrics: Mapping[str, float]) -> int:
     """The seed whose maps Fig. 3 shows: the first whose heads end on the (-1)- and the
     (-2)-token (``final_switch``, F3d), the switch the figure is about (paper C, Fig. 3b);
     the first seed when none switches."""
-    return next((s for s in seeds if metrics.get(f"seed{s}/final_switch") == 1.0), seeds[0])
+    return drawing.first_seed_with(seeds, metrics, lambda seed: f"seed{seed}/final_switch")
 
 
 def map_columns(
@@ -331,21 +331,12 @@ def draw(
         ylim=(0, 1),
         title=f"(d) seed {seed}: mass on the (−1)- and (−2)-token",
     )
-    images = []
-    for h in range(heads):
-        for col, (j, what) in enumerate(columns):
-            ax = axes[(1 + h) * len(columns) + col]
-            images.append(ax.imshow(attention[i, j, h].numpy(), cmap="viridis", vmin=0, vmax=1))
-            ax.grid(False)
-            m = masses[j, h]
-            ax.set(
-                title=f"(b) {what}, t = {int(steps[j])}\n"
-                f"head {h + 1}: m(1) = {m[one]:.2f}, m(2) = {m[two]:.2f}",
-                xlabel="key position j",
-                ylabel="query position l",
-            )
-            ax.title.set_fontsize(9)
-    fig.colorbar(images[-1], ax=axes[len(columns) :], shrink=0.6, label="attention weight")
+    image = drawing.attention_maps(
+        [axes[(1 + h) * len(columns) : (2 + h) * len(columns)] for h in range(heads)],
+        [attention[i, j] for j, _ in columns],
+        [f"(b) {what}, t = {int(steps[j])}" for j, what in columns],
+    )
+    fig.colorbar(image, ax=axes[len(columns) :], shrink=0.6, label="attention weight")
     about = (
         f"seed {seed}, the first seed whose heads switch to the (−2)-token"
         if metrics.get(f"seed{seed}/final_switch") == 1.0

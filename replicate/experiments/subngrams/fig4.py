@@ -3,8 +3,11 @@
 
 S = 3, n = 3, T = 32, alpha = 1, d = S + T, heads [2, 1], AdamW (b1 = 0, weight decay
 1e-4), constant lr 0.005. One ensemble per embedding type (their parameter shapes differ),
-one member per seed. Layer 1's attention is input-dependent: its offset masses are averaged
-over a fixed set of test sequences (spec C §4.0).
+one member per seed. Layer 1's attention is input-dependent: its maps are averaged over a
+fixed set of test sequences at every evaluation, and its offset masses are those of the
+averaged maps (spec C §4.0). attention.csv keeps each run's maps at the start, where F4b
+reads the heads and at the end; the figure draws one seed's per embedding (paper C, App.
+I.1, Fig. 4 (b, d)).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import Annotated
 
 import numpy as np
 import pandas as pd
+import torch
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from pydantic import Field, model_validator
@@ -40,6 +46,7 @@ from replicate.experiments.subngrams.general import (
     Embedding,
     MlpKind,
     ReadoutInit,
+    attention_map_probe,
     attention_mass_probe,
     general_config,
 )
@@ -49,6 +56,7 @@ from replicate.experiments.subngrams.stages import (
     StageSettings,
     heads_on,
     index_at,
+    masses_of,
     midpoint_index,
     stages,
     with_call_bounds,
@@ -98,12 +106,21 @@ def train_general(
     probe_sequences: int,
     ctx: RunContext,
     readout: ReadoutInit = "zero",
+    maps: bool = False,
 ) -> TrainedEnsemble:
     """One ensemble of the general transformer (one member per seed); ``readout``: its
-    readout's initialisation (`general.general_config`; Fig. 4 keeps the zero one)."""
+    readout's initialisation (`general.general_config`; Fig. 4 keeps the zero one). At every
+    evaluation it records layer 1's heads on ``probe_sequences`` fixed test sequences: their
+    offset masses (probe ``masses``, (E, n, H, 4)) or, with ``maps``, their averaged maps
+    (probe ``maps``, (E, n, H, T, T), whose masses `stages.masses_of` gives)."""
     cfg = general_config(chain.states, chain.order, training.seq_len, embedding, mlp, readout)
     model = gpt_ensemble(cfg, seeds)
     probe_set = fixed_set(chain.at(training.seq_len), probe_sequences, training.test_seed, "test")
+    probe = (
+        {"maps": attention_map_probe(probe_set.tokens)}
+        if maps
+        else {"masses": attention_mass_probe(probe_set.tokens)}
+    )
     return train(
         model,
         chain,
@@ -111,7 +128,7 @@ def train_general(
         training,
         optim,
         LastTokenLawCE(eps=eps, output="logits"),
-        {"masses": attention_mass_probe(probe_set.tokens)},
+        probe,
         ctx.label(f"{embedding} embedding, {len(seeds)} seeds"),
         ctx.progress,
     )
@@ -153,16 +170,67 @@ def seed_values(
     return values
 
 
+def map_columns(steps: np.ndarray, values: Mapping[str, float]) -> list[tuple[int, str]]:
+    """(evaluation index, what it is) of one run's attention maps in Fig. 4 (b, d), the
+    paper's three stages (paper C, App. I.1, Fig. 4: the heads uniform, then on the
+    (-1)-token on the bigram plateau, then one on the (-2)-token): the start of training;
+    the step where F4b reads the heads (from ``values``, the run's `seed_values`: the middle
+    of the bigram plateau, or the paper's highlighted step on it without one); the end of
+    training, where F4c reads them."""
+    at_mark = values["b_read_at_marked_step"] == 1.0
+    read = "the paper's highlighted step" if at_mark else "middle of the bigram plateau"
+    return [
+        (0, "start of training"),
+        (index_at(steps, values["b_read_step"]), read),
+        (len(steps) - 1, "end of training"),
+    ]
+
+
+def attention_rows(
+    embedding: str,
+    seed: int,
+    steps: np.ndarray,
+    maps: np.ndarray,
+    columns: Sequence[tuple[int, str]],
+) -> pd.DataFrame:
+    """attention.csv's rows of one run from its probed maps (n, H, T, T): per map column of
+    `map_columns` (``column``, ``what``, ``step``), head, query position l and key position
+    j <= l, the weight softmax(A1^(h))[l, j] averaged over the probe sequences (each
+    (column, head, query)'s weights sum to 1)."""
+    query, key = np.tril_indices(maps.shape[-1])
+    return pd.DataFrame(
+        [
+            {
+                "embedding": embedding, "seed": seed, "column": col, "what": what,
+                "step": int(steps[j]), "head": h + 1, "query": int(q), "key": int(k),
+                "weight": float(maps[j, h, q, k]),
+            }
+            for col, (j, what) in enumerate(columns)
+            for h in range(maps.shape[1])
+            for q, k in zip(query, key, strict=True)
+        ]
+    )  # fmt: skip
+
+
+def saved_maps(rows: pd.DataFrame, seq_len: int) -> torch.Tensor:
+    """The maps (H, T, T) of one column of one run from its attention.csv rows."""
+    maps = torch.zeros(int(rows["head"].max()), seq_len, seq_len, dtype=torch.float64)
+    heads, query, key = (torch.tensor(rows[c].to_numpy()) for c in ("head", "query", "key"))
+    maps[heads - 1, query, key] = torch.tensor(rows["weight"].to_numpy(), dtype=torch.float64)
+    return maps
+
+
 def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
     """Fig. 4: uniform heads, a bigram plateau, then one head on the (-2)-token (F4a-F4d)."""
     metrics: Metrics = {}
-    curves, marks = [], {}
+    curves, marks, attention = [], {}, []
     for embedding in s.embeddings:
         trained = train_general(
             s.chain, embedding, "none", s.seeds, s.training, s.optim, s.eps,
-            s.probe_sequences, ctx,
+            s.probe_sequences, ctx, maps=True,
         )  # fmt: skip
-        steps, losses, masses = trained.eval_steps, trained.test_loss, trained.probes["masses"]
+        steps, losses, maps = trained.eval_steps, trained.test_loss, trained.probes["maps"]
+        masses = masses_of(torch.from_numpy(maps))  # (E, n, H, len(OFFSETS))
         refs = history_losses(member_test_set(trained), s.chain, s.eps)
         levels, noise = kgram_levels(refs), level_noise(refs)
         metrics |= {f"{embedding}/kgram/b{k + 1}": float(b) for k, b in enumerate(levels)}
@@ -176,6 +244,8 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
             values = with_call_bounds(stage, measure, CALLED)
             values["final_loss"] = float(losses[i, -1])
             metrics |= {f"{embedding}/seed{seed}/{k}": v for k, v in values.items()}
+            columns = map_columns(steps, values)
+            attention.append(attention_rows(embedding, seed, steps, maps[i], columns))
             curves += [
                 {"embedding": embedding, "seed": seed, "step": int(t), "test_loss": float(loss)}
                 for t, loss in zip(steps, losses[i], strict=True)
@@ -186,65 +256,135 @@ def fig4(s: Fig4Settings, ctx: RunContext) -> Metrics:
     metrics["F4d/min_over_embeddings_frac_seeds"] = min(
         metrics[f"F4d/{embedding}/frac_seeds"] for embedding in s.embeddings
     )
-    frame = pd.DataFrame(curves)
+    frame, maps_frame = pd.DataFrame(curves), pd.concat(attention, ignore_index=True)
     ctx.save_csv(frame, "curves.csv")
-    ctx.save_figure(draw(frame, metrics, marks, s, ctx.scale))
+    ctx.save_csv(maps_frame, "attention.csv")
+    ctx.save_figure(draw(frame, maps_frame, metrics, marks, s, ctx.scale))
     return metrics
 
 
 EMBEDDING_NAMES = {"onehot": "one-hot"}
 
 
+def shown_seed(embedding: str, metrics: Mapping[str, float], s: Fig4Settings) -> int:
+    """The seed whose maps Fig. 4 shows for ``embedding``: the first whose heads end on the
+    (-1)- and the (-2)-token (F4c), the last of the paper's stages; else the first seed."""
+    key = CLAIMED["F4c"]
+    return drawing.first_seed_with(s.seeds, metrics, lambda seed: f"{embedding}/seed{seed}/{key}")
+
+
+def _loss_panel(
+    ax: Axes,
+    curves: pd.DataFrame,
+    metrics: Mapping[str, float],
+    plateaus: Mapping[tuple[str, int], Sequence[PlateauMark]],
+    embedding: str,
+    s: Fig4Settings,
+) -> list[Artist]:
+    """Each seed's test loss on the k-gram levels, labelled with the orders of its plateaus
+    (F4a), a dot where F4b reads its heads; returns the shared legend's entries."""
+    part = curves[curves.embedding == embedding]
+    levels = [metrics[f"{embedding}/kgram/b{k}"] for k in range(1, s.chain.order + 1)]
+    runs = []
+    for index, seed in enumerate(s.seeds):
+        color = drawing.seed_color(index)
+        run = part[part.seed == seed].sort_values("step")
+        orders = " → ".join(m.label.removeprefix("k=") for m in plateaus[embedding, seed])
+        (line,) = ax.plot(
+            run.step, run.test_loss, color=color, linewidth=1.1,
+            label=f"seed {seed}: plateaus at k = {orders or 'none'}",
+        )  # fmt: skip
+        runs.append(line)
+        read = metrics[f"{embedding}/seed{seed}/b_read_step"]
+        loss = float(np.interp(read, run.step, run.test_loss))
+        ax.plot(read, loss, marker="o", color=color, markeredgecolor="black", zorder=3)
+    marked = ax.axvline(
+        s.marked_steps[embedding], color="0.3", linewidth=0.9, linestyle=":",
+        label="the paper's highlighted step on the bigram plateau",
+    )  # fmt: skip
+    ax.set(xlabel="training iteration", ylabel="test loss (nats)")
+    ax.legend(handles=runs, fontsize=7, loc="upper right")
+    return [*drawing.kgram_lines(ax, levels), marked]
+
+
 def draw(
     curves: pd.DataFrame,
+    attention: pd.DataFrame,
     metrics: Mapping[str, float],
     plateaus: Mapping[tuple[str, int], Sequence[PlateauMark]],
     s: Fig4Settings,
     scale: str,
 ) -> Figure:
-    """Fig. 4's loss panels (paper C, App. I.1, Fig. 4 (a) and (c)) from curves.csv and
-    metrics.json: per embedding, each seed's test loss on the k-gram levels, labelled with
-    the orders of its plateaus (``plateaus`` per (embedding, seed), F4a), with a dot where
-    F4b reads the heads (the middle of the bigram plateau, or the paper's highlighted step
-    on it, the dotted line). The paper's attention maps (b, d) are not drawn: the run keeps
-    only the heads' offset masses, and those only in memory."""
-    fig, axes = drawing.figure(1, len(s.embeddings), width=5.0, height=3.6)
-    handles = []
-    for ax, embedding, letter in zip(axes, s.embeddings, "acegik", strict=False):
-        part = curves[curves.embedding == embedding]
-        levels = [metrics[f"{embedding}/kgram/b{k}"] for k in range(1, s.chain.order + 1)]
-        runs = []
-        for index, seed in enumerate(s.seeds):
-            color = drawing.seed_color(index)
-            run = part[part.seed == seed].sort_values("step")
-            orders = " → ".join(m.label.removeprefix("k=") for m in plateaus[embedding, seed])
-            (line,) = ax.plot(
-                run.step, run.test_loss, color=color, linewidth=1.1,
-                label=f"seed {seed}: plateaus at k = {orders or 'none'}",
-            )  # fmt: skip
-            runs.append(line)
-            read = metrics[f"{embedding}/seed{seed}/b_read_step"]
-            loss = float(np.interp(read, run.step, run.test_loss))
-            ax.plot(read, loss, marker="o", color=color, markeredgecolor="black", zorder=3)
-        marked = ax.axvline(
-            s.marked_steps[embedding], color="0.3", linewidth=0.9, linestyle=":",
-            label="the paper's highlighted step on the bigram plateau",
-        )  # fmt: skip
-        handles = [*drawing.kgram_lines(ax, levels), marked]
-        ax.set(
-            xlabel="training iteration",
-            ylabel="test loss (nats)",
-            title=f"({letter}) {EMBEDDING_NAMES.get(embedding, embedding)} embeddings",
+    """Fig. 4 (paper C, App. I.1, Fig. 4) from curves.csv, attention.csv and metrics.json;
+    per embedding, a row:
+
+    * (a, c) each seed's test loss on the k-gram levels, labelled with the orders of its
+      plateaus (``plateaus`` per (embedding, seed), F4a), with a dot where F4b reads the
+      heads (the middle of the bigram plateau, or the paper's highlighted step on it, the
+      dotted line) and hollow diamonds at the steps of the maps;
+    * (b, d) the first-layer maps of one seed (`shown_seed`), averaged over the probe
+      sequences, one head a row, at the steps of `map_columns` (the start of training,
+      F4b's step, the end of training: F4c's), each with its heads' m_h(1), m_h(2)."""
+    heads = int(attention["head"].max())
+    columns = int(attention["column"].max()) + 1
+    rows = len(s.embeddings) * heads
+    fig, grid = drawing.panel_grid(
+        rows, 1 + columns, width=4.6 + 3.1 * columns, height=2.9 * rows + 1.4,
+        width_ratios=[1.55] + [1.0] * columns,
+    )  # fmt: skip
+    handles: list[Artist] = []
+    map_axes: list[Axes] = []
+    map_letters = []
+    image = None
+    for e, embedding in enumerate(s.embeddings):
+        loss_letter, map_letter = "abcdefghijkl"[2 * e : 2 * e + 2]
+        map_letters.append(map_letter)
+        loss_ax = fig.add_subplot(grid[e * heads : (e + 1) * heads, 0])
+        handles = _loss_panel(loss_ax, curves, metrics, plateaus, embedding, s)
+        seed = shown_seed(embedding, metrics, s)
+        name = EMBEDDING_NAMES.get(embedding, embedding)
+        switched = metrics.get(f"{embedding}/seed{seed}/{CLAIMED['F4c']}") == 1.0
+        loss_ax.set_title(
+            f"({loss_letter}) {name} embeddings: test loss\n({map_letter}) seed {seed}'s "
+            + ("heads, the first to end on −1 and −2" if switched else "heads (none ends on −2)"),
+            fontsize=9,
         )
-        ax.legend(handles=runs, fontsize=7, loc="upper right")
+        shown = attention[(attention.embedding == embedding) & (attention.seed == seed)]
+        shown = shown.sort_values(["column", "head", "query", "key"])
+        per_column = [shown[shown.column == c] for c in range(columns)]
+        panels = [
+            [fig.add_subplot(grid[e * heads + h, 1 + c]) for c in range(columns)]
+            for h in range(heads)
+        ]
+        map_axes += [ax for row in panels for ax in row]
+        image = drawing.attention_maps(
+            panels,
+            [saved_maps(part, s.training.seq_len) for part in per_column],
+            [f"({map_letter}) {p.what.iloc[0]}, t = {p.step.iloc[0]}" for p in per_column],
+        )
+        run = curves[(curves.embedding == embedding) & (curves.seed == seed)]
+        at = [int(p.step.iloc[0]) for p in per_column]
+        color = drawing.seed_color(s.seeds.index(seed))
+        loss_ax.plot(
+            at, np.interp(at, run.step, run.test_loss), linestyle="none", marker="D",
+            markersize=8, markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.4,
+            zorder=4,
+        )  # fmt: skip
+    assert image is not None
+    fig.colorbar(image, ax=map_axes, shrink=0.5, label="attention weight (mean over sequences)")
     reads = Line2D(
         [], [], marker="o", color="0.6", markeredgecolor="black", linestyle="none",
         label="heads read here (middle of the bigram plateau, else the paper's step)",
     )  # fmt: skip
+    drawn = Line2D(
+        [], [], marker="D", markerfacecolor="none", markeredgecolor="0.3", linestyle="none",
+        label=f"steps of the maps ({', '.join(map_letters)}), on the shown seed's curve",
+    )  # fmt: skip
     title = (
         f"Paper C, Fig. 4 — {scale} scale: attention-only transformer, d=S+T, "
         f"S={s.chain.states}, n={s.chain.order}, T={s.training.seq_len}, "
-        f"{drawing.count(len(s.seeds), 'seed')}"
+        f"{drawing.count(len(s.seeds), 'seed')}; maps averaged over "
+        f"{s.probe_sequences} test sequences"
     )
     note = drawing.within_noise_note(m for ms in plateaus.values() for m in ms)
-    return drawing.finish(fig, title + note, [*handles, reads])
+    return drawing.finish(fig, title + note, [*handles, reads, drawn])

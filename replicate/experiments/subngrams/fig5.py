@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,7 @@ class Fig5Settings(Strict):
 def upstream_histories(ctx: RunContext) -> dict:
     """What Fig. 3 saved: seeds, steps, test loss, first-layer maps, k-gram levels and the
     test loss's standard error."""
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "histories.pt"
+    path = ctx.upstream_dir / "histories.pt"
     return torch.load(path, weights_only=True)
 
 

@@ -1,5 +1,5 @@
 """Paper C's general transformer (App. I.1; spec C §2.2-2.3) as an `EnsembleGPT` configuration,
-and the offset masses of its input-dependent first-layer attention (spec C §4.0)."""
+and the maps and offset masses of its input-dependent first-layer attention (spec C §4.0)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Literal
 
 import numpy as np
 import torch
+from torch import nn
 
-from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig
+from lightning_modules.ensemble_gpt import GPTConfig, LayerConfig
+from lightning_modules.measures import Probe
 from replicate.experiments.subngrams.stages import masses_of
 
 Embedding = Literal["onehot", "learned"]
@@ -68,14 +70,26 @@ def general_config(
     )
 
 
-def attention_mass_probe(tokens: torch.Tensor):
-    """Probe: m_h(delta) (E, H, 4) of layer 1's attention averaged over ``tokens`` (1, B, T)."""
+def attention_map_probe(tokens: torch.Tensor) -> Probe:
+    """Probe: layer 1's attention maps softmax(X Q1^(h) Kt1^(h) X^T) (E, H, T, T), float32,
+    averaged over ``tokens`` (1, B, T) (spec C §4.0: the general transformer's attention
+    depends on its input); the maps paper C's Fig. 4 (b, d) draws (App. I.1)."""
 
-    def probe(model: EnsembleGPT) -> np.ndarray:
+    def probe(model: nn.Module) -> np.ndarray:
         device = next(model.parameters()).device
         traces: list[dict[str, torch.Tensor]] = []
         batch = tokens.to(device).expand(model.ensemble, -1, -1)
         model(batch, traces)
-        return masses_of(traces[0]["attention"].mean(1))
+        return traces[0]["attention"].mean(1).float().cpu().numpy()
+
+    return probe
+
+
+def attention_mass_probe(tokens: torch.Tensor) -> Probe:
+    """Probe: m_h(delta) (E, H, 4) of `attention_map_probe`'s averaged maps."""
+    maps = attention_map_probe(tokens)
+
+    def probe(model: nn.Module) -> np.ndarray:
+        return masses_of(torch.from_numpy(maps(model)))
 
     return probe

@@ -12,7 +12,6 @@ m in [1, k] drawn beside them (a diagnostic: any digit-decodable weights work).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,9 +35,7 @@ class Fig2Settings(Strict):
 def fig2(s: Fig2Settings, ctx: RunContext) -> Metrics:
     """D-F2-1..3 for every order the upstream trained."""
     up, models = load_shared(ctx)
-    upstream = io.read_json_object(
-        Path(ctx.out_dir).parent / str(ctx.entry.upstream) / METRICS_FILE
-    )
+    upstream = io.read_json_object(ctx.upstream_dir / METRICS_FILE)
     metrics: Metrics = {}
     rows = []
     fig, axes = plotting.figure(2, len(models), width=4.4, height=3.8)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 import numpy as np
@@ -268,7 +267,7 @@ def order_figure(
 def load_shared(ctx: RunContext) -> tuple[MapsSettings, dict[int, torch.nn.Module]]:
     """The upstream `maps` settings and its trained ensembles by order (DAG edge, no retrain)."""
     settings = hp.upstream_settings(ctx, MapsSettings)
-    path = Path(ctx.out_dir).parent / str(ctx.entry.upstream) / "models.pt"
+    path = ctx.upstream_dir / "models.pt"
     saved = torch.load(path, weights_only=True)
     cfg = darch_config(settings.arch, settings.states, settings.training.seq_len, layers=2)
     models = {

@@ -15,7 +15,6 @@ process, (1 - eps) P + eps / S ("marginal"); spec D reports non-monotone or decr
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -48,7 +47,7 @@ def _marginal_gap(model: torch.nn.Module, members: list[int], data: EvalSet, eps
 def _upstream(ctx: RunContext, s: NoiseSettings) -> tuple[MapsSettings, pd.DataFrame, pd.DataFrame]:
     """Table 3's settings check, the shared model's settings, Table 3's rows and its
     per-seed values."""
-    directory = Path(ctx.out_dir).parent / str(ctx.entry.upstream)
+    directory = ctx.upstream_dir
     t3 = hp.upstream_settings(ctx, NoiseSettings)
     if (t3.order, t3.levels, t3.seeds) != (s.order, s.levels, s.seeds):
         raise ValueError(
