@@ -6,10 +6,14 @@
 #   snakemake --profile profiles/slurm ...           the same DAG as SLURM jobs
 #   snakemake --report report.zip                    figures, captions and claims for a reviewer
 # profiles/default (read automatically) sets cores, rerun-incomplete and printing.
+import contextlib
 import copy
 import json
+import signal
 import sys
 from pathlib import Path
+
+import psutil
 
 from snakemake.utils import update_config
 
@@ -24,6 +28,21 @@ from replicate.record import record_in_dvc
 from replicate.sources import CODE_ROOT, claims_sources, experiment_digest, source_digest
 
 report: "report/workflow.rst"
+
+
+def interrupt_jobs(signum, frame):
+    """SIGINT sent to this process alone (by a scheduler, or `kill -INT`; a terminal's
+    Ctrl-C reaches the jobs as well) is passed on to the running jobs, then handled as
+    Ctrl-C: otherwise Snakemake waits for the jobs to finish and marks their complete
+    outputs incomplete. A job stopped so leaves no output (Snakemake deletes a failed
+    job's outputs); its trainings resume from their checkpoints on the next run."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(signal.SIGINT)
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, interrupt_jobs)
 
 # params.yaml is read by the project's loader, not by `configfile:` (which would accept a key
 # given twice and report a syntax error without its line). Snakemake starts `config` with the

@@ -1,4 +1,4 @@
-"""How long DVC's bookkeeping takes on a project with every ci result (issue 23).
+"""How long DVC's bookkeeping takes on a project with every ci result.
 
 Times, side by side in one run, with ruamel.yaml's C parser and without it (the pure-Python
 parser DVC used before `ruamel.yaml.clib` was a dependency):
@@ -49,11 +49,11 @@ SUBSET = (
     "stages = [s for s in current_stages(load_params()) if s != 'claims']; "
 )
 EVERY_EXPERIMENT_CURRENT = (
-    "from replicate.config import load_params; from replicate.record import current_experiments; "
+    "from replicate.config import load_params; from replicate.checkout import current_experiments; "
     "params = load_params(); sys.exit(len(current_experiments(params)) != len(params.experiments))"
 )
-COMMIT_AT_ONCE = SUBSET + "_commit(Path('.'), stages)"
-COMMIT_EACH = SUBSET + "[_commit(Path('.'), [s]) for s in stages]"
+COMMIT_AT_ONCE = SUBSET + "_commit(Path('.'), Path('dvc.yaml'), stages)"
+COMMIT_EACH = SUBSET + "[_commit(Path('.'), Path('dvc.yaml'), [s]) for s in stages]"
 
 
 def _seconds(code: str, project: Path, repeat: int) -> float:

@@ -1,4 +1,4 @@
-"""GPU readiness (issue 13): per-model-step cost vs ensemble size, float32 vs bfloat16, an
+"""GPU readiness: per-model-step cost vs ensemble size, float32 vs bfloat16, an
 ensemble trained in chunks of members vs in one piece, and (on a CPU) one ensemble on T
 threads vs T processes training a T-th of its members each, on the device present.
 

@@ -5,8 +5,8 @@
    the same paths (checked and printed).
 2. One training batch of an ensemble (`sample_members`: kernels, paths and next-token laws
    of every member) at the shapes of paper C's Figs. 1 and 3 and paper D's maps, in this
-   tree and in a scratch worktree of ``--baseline`` (the code before issue 21's sampler
-   changes), each in its own process; the batches' digests show they are the same bytes.
+   tree and in a scratch worktree of ``--baseline`` (an older commit to compare with), each
+   in its own process; the batches' digests show they are the same bytes.
 
 Times are the fastest of several runs.
 

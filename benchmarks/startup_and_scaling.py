@@ -1,12 +1,12 @@
-"""Start-up, per-model-step cost and the suite's balance over cores, side by side (issue 13).
+"""Start-up, per-model-step cost and the suite's balance over cores, side by side.
 
 Printed, never asserted. Three measurements:
 
 1. Start-up of a rule that trains nothing (``python -m replicate run attn_markov_table2``,
    its upstream's outputs present), in CPU seconds of the process (user + sys, robust to a
    shared machine) and wall seconds: as it runs now (only its paper imported, Lightning
-   and seaborn only where used) vs the eager imports it had before issue 13 (every
-   paper's package, Lightning and seaborn imported before the run).
+   and seaborn only where used) vs eager imports (every paper's package, Lightning and
+   seaborn imported before the run).
 2. Cost of one model-step vs ensemble size E at ci shapes (paper A Fig. 3: n_embd 4, one
    layer, B=16, N=256), from `replicate.training.calibrating`'s step timer; on a GPU when
    one is present (the same ratios, measured there).
@@ -32,8 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-# The pre-issue-13 start-up: params.yaml parsed by PyYAML's pure-Python loader and every
-# experiment's settings validated (every paper imported), Lightning and seaborn at import.
+# The eager start-up, for comparison: params.yaml parsed by PyYAML's pure-Python loader and
+# every experiment's settings validated (every paper imported), Lightning and seaborn at import.
 EAGER = (
     "import lightning, seaborn, yaml\n"
     "from replicate.config import load_params\n"

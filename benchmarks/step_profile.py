@@ -1,5 +1,5 @@
 """Per-step time of one representative training per paper, before and after, side by side
-(issue 21). Printed, never asserted.
+(at a baseline commit and in this tree). Printed, never asserted.
 
 Each representative experiment runs at ci scale with every training cut to ``--steps``
 steps (`python -m replicate calibrate`, the cost plan's own measurement: the median wall

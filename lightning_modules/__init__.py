@@ -2,7 +2,7 @@
 LightningModule and the DataModule over the samplers.
 
 Every public name is importable from here; each submodule is imported on first use
-(PEP 562), so code that only builds a model does not import Lightning (issue 13: start-up).
+(PEP 562), so code that only builds a model starts without importing Lightning.
 """
 
 from __future__ import annotations

@@ -631,7 +631,8 @@ class EnsembleGPT(nn.Module):
 
         ``last_only``: the logits of the last position alone, (E, B, 1, V), for a loss that
         reads only them (paper C's readout z = X[T-1] W, App. I.1): the last layer's query,
-        MLP and readout then run at that position only (issue 21). No traces then.
+        MLP and readout then run at that position only, sparing their cost at the others. No
+        traces then.
         """
         n = idx.shape[-1]
         if n > self.cfg.block_size:

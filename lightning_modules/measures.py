@@ -1,7 +1,8 @@
 """Per-member measurements of an ensemble model: gradient norms, the population gradient.
 
 Every tensor's axis 0 is the ensemble axis E, so a member's gradient is its own slice of the
-gradient of the summed member losses. No Lightning import (issue 13).
+gradient of the summed member losses. No Lightning import: code that only measures a model
+starts without it.
 """
 
 from __future__ import annotations

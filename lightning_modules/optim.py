@@ -1,4 +1,5 @@
-"""The optimiser and schedule every ensemble trains with (no Lightning import: issue 13)."""
+"""The optimiser and schedule every ensemble trains with (no Lightning import: settings that
+name an optimiser are read without loading it)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 A *source* is a fixed chain or an in-context prior that draws a new kernel per sequence
 (the contract in replicate/markov/incontext.py); a `Member` pairs one with a seed. Test and
 gradient sets (`shared_set`) are drawn from a fixed seed and the member's source only, so
-members that share a source share them. Nothing here imports Lightning (issue 13: a job
-that only validates settings or builds a model starts without it).
+members that share a source share them. Nothing here imports Lightning: a job that only
+validates settings or builds a model starts without it.
 """
 
 from __future__ import annotations

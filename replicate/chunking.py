@@ -1,5 +1,5 @@
 """Split an ensemble into chunks of members and put the trained chunks back together
-(issue 13: GPU readiness, ensembles larger than the device's memory).
+(an ensemble larger than the device's memory then trains one chunk at a time).
 
 Members of an ensemble are independent: every parameter carries a leading ensemble axis,
 member i's data come from its own seed, and its gradient is its own (the ensemble
@@ -116,7 +116,7 @@ def cuda_member_bytes(
     optimiser state (`OPTIMIZER_STATE_FACTOR` times the parameters). An unmeasured step runs
     first: a process's first step makes one-time allocations (cuBLAS's workspace among them),
     which on an H100 made the first measurement 65.7 MiB per member against 1.2 MiB for the
-    same shape measured next (`benchmarks/gpu_readiness.py`, 26 Nov 2026)."""
+    same shape measured next (`benchmarks/gpu_readiness.py`)."""
     device = torch.device("cuda")
     one = select_members(model, [0]).to(device)
     moved = type(batch)(*(t if t is None else t.to(device) for t in batch))

@@ -131,7 +131,7 @@ class MetricRef(Strict):
 class Effect(Strict):
     """Where the paper shows the effect a claim reads: the training step it happens at, and
     where that is read. A run that stops before ``step`` has not tested the claim: its
-    verdict is ``not-tested``, not a non-reproduction (issue 19)."""
+    verdict is ``not-tested``, not a non-reproduction."""
 
     step: Annotated[int, Field(gt=0)]
     source: str

@@ -16,7 +16,7 @@ with a note saying it has no subject (`no_subject`). The check fails when any ve
 differs from the expected one; ``missing`` always fails.
 
 A malformed output file (not valid JSON, not a JSON object, unreadable) is a fault of that
-experiment's outputs, not of the claims step (issue 11): `evaluate_with_errors` returns one
+experiment's outputs, not of the claims step: `evaluate_with_errors` returns one
 line per such file, naming it and the JSON error, and records that experiment's claims as
 ``missing`` with the same text in their note. ``python -m replicate claims`` prints those
 lines to stderr, still writes claims.json, REPORT.md and the per-paper verdict summaries
@@ -29,6 +29,7 @@ rule ``claims``), which exits 1 naming each missing claim and the file.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -51,6 +52,7 @@ from replicate.claim_files import (
     tested,
 )
 from replicate.control_record import control_problem, control_status
+from replicate.experiments import paper_of
 from replicate.params import METRICS_FILE, PAPERS, PROVENANCE_FILE, SCALES, Params
 from replicate.provenance import LEARNING, differences, learning_switched_off
 from replicate.verdicts import (
@@ -270,6 +272,26 @@ def seed_interval(values: np.ndarray, spec: SeedAggregate) -> tuple[tuple[float,
 Outputs = dict[str, tuple[dict[str, Any] | None, str]]
 
 
+def _metric_keys(claim: Claim) -> list[str]:
+    """The metric keys a claim names outright: its metric and a metric reference."""
+    keys = [claim.metric]
+    if isinstance(claim.reference, MetricRef):
+        keys.append(claim.reference.metric)
+    return keys
+
+
+def absent_metric_note(claim: Claim, key: str, metrics: dict[str, Any], file: Path) -> str:
+    """Why a claim naming ``key`` has no value in a valid metrics file that lacks it: the
+    claim's error (a mistyped or renamed key), not the outputs', which a rerun would write
+    again without it; with the nearest keys the file holds."""
+    nearest = difflib.get_close_matches(key, list(metrics), n=3, cutoff=0.6)
+    hint = f"; nearest: {', '.join(nearest)}" if nearest else ""
+    return (
+        f"claim {claim.id} names metric {key!r}, which {file} does not hold{hint}: correct "
+        f"the claim in claims/{paper_of(claim.experiment)}.yaml"
+    )
+
+
 def rerun_advice(name: str) -> str:
     """The command that remakes experiment ``name``'s outputs and the claims. Snakemake does
     not rerun a job whose outputs are present and newer than its inputs, however broken
@@ -477,71 +499,191 @@ def _untrained_note(claim: Claim) -> str:
     return f"Meant to hold untrained (its negative control may hold): {claim.holds_untrained}."
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """A verdict and the note that explains it, as each rule of `evaluate_claim` leaves them."""
+
+    verdict: str
+    note: str
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a claim's metrics give: the measured value and the reference (None: unusable),
+    the tolerance at the scale, the seeds' evidence and the verdict of the value alone."""
+
+    measured: float | None
+    reference: float | None
+    tolerance: float
+    evidence: SeedEvidence
+    point: str
+
+
+def _measured_values(
+    claim: Claim, metrics: dict[str, Any] | None, file: Path, note: str
+) -> tuple[float | None, float | None, str]:
+    """Rule 1: the measured value and the reference. A key a valid metrics file lacks while
+    holding others is the claim's error (`absent_metric_note`); a value that is no finite
+    number, or an empty file, is the outputs' (rerun them); ``note`` says why the metrics
+    are unusable, when they are."""
+    if metrics is None:
+        return None, None, note
+    measured, problem = metric_value(metrics, claim.metric)
+    reference: float | None
+    if isinstance(claim.reference, MetricRef):
+        reference, ref_problem = metric_value(metrics, claim.reference.metric)
+        if ref_problem and not problem:
+            problem = f"reference {ref_problem}"
+    else:
+        reference = float(claim.reference)
+    absent = [k for k in _metric_keys(claim) if k not in metrics]
+    if absent and metrics:  # an empty file is the outputs' fault, not a claim's
+        note = absent_metric_note(claim, absent[0], metrics, file)
+    elif problem:
+        note = f"{file}: {problem}; {rerun_advice(claim.experiment)}"
+    return measured, reference, note
+
+
+def _judged(
+    claim: Claim,
+    metrics: dict[str, Any] | None,
+    file: Path,
+    values: tuple[float | None, float | None, float],
+    note: str,
+) -> tuple[Judgement, Measurement, str]:
+    """Rule 2: the verdict of the measurement (``values``: measured, reference, tolerance):
+    inconclusive without a subject (no seed the claim is about); missing without values;
+    else the comparison, then the seeds' evidence (a quantifier over seeds, or an interval
+    straddling the tolerance: inconclusive) and the noise of a k-gram level call. Also the
+    note on unusable per-seed values (empty when usable)."""
+    measured, reference, tolerance = values
+    evidence, point, seed_note = SeedEvidence(), "", ""
+    subject = "" if metrics is None else no_subject(claim, metrics)
+    if subject or measured is None or reference is None:
+        judgement = Judgement("inconclusive", f"{file}: {subject}") if subject else None
+        measurement = Measurement(measured, reference, tolerance, evidence, point)
+        return judgement or Judgement("missing", note), measurement, seed_note
+    holds = compare(measured, reference, claim.comparison, tolerance)
+    point = verdict = "holds" if holds else "does-not-reproduce"
+    evidence, seed_note = _seed_evidence(claim, metrics or {}, measured, reference, tolerance)
+    if seed_note:
+        verdict, note = "missing", f"{file}: {seed_note}"
+    elif claim.per_seed is not None and claim.per_seed.quantifier is not None:
+        verdict, quantified_note = quantified_verdict(claim.per_seed.quantifier, evidence, point)
+        if quantified_note:
+            verdict, note = "missing", f"{file}: {quantified_note}"
+    elif evidence.interval is not None:
+        verdict = interval_verdict(holds, evidence.interval, reference, claim.comparison, tolerance)
+    undecided, call_note = _within_call_noise(claim, metrics or {}, reference, tolerance)
+    if call_note and not undecided:
+        verdict, note = "missing", f"{file}: {call_note}"
+    elif undecided and verdict != "missing":
+        verdict, note = "inconclusive", call_note
+    measurement = Measurement(measured, reference, tolerance, evidence, point)
+    return Judgement(verdict, note), measurement, seed_note
+
+
+def _unless_not_tested(
+    claim: Claim, params: Params, metrics: dict[str, Any] | None, seed_note: str, j: Judgement
+) -> Judgement:
+    """Rule 3: a run that stops before the paper's effect has not tested the claim, whatever
+    its metric says (NaN included); absent outputs or metrics stay `missing`: those are
+    faults."""
+    untested = not tested(claim, params, params.scale) and claim.metric in (metrics or {})
+    if untested and not seed_note:
+        return Judgement(UNTESTED, _untested_note(claim, params, params.scale))
+    return j
+
+
+def _unless_still_learning(
+    claim: Claim, metrics: dict[str, Any] | None, file: Path, scale: str, j: Judgement
+) -> Judgement:
+    """Rule 4: a claim about the end of training is not tested by a seed still learning at
+    its last step (``converged``); too few evaluations to tell is missing evidence."""
+    learning, learning_note = _still_learning(claim, metrics)
+    if j.verdict not in JUDGED:
+        return j
+    if learning_note:
+        return Judgement("missing", f"{file}: {learning_note}")
+    if learning:
+        return Judgement(UNTESTED, _learning_note(learning, claim, scale))
+    return j
+
+
+def _unless_cpu_dependent(claim: Claim, scale: str, j: Judgement) -> Judgement:
+    """Rule 5: a verdict the stability check found to depend on the CPU is inconclusive on
+    every machine, with this machine's own verdict in the note."""
+    cpu_note = (claim.cpu_dependent or {}).get(scale)
+    if cpu_note and j.verdict in JUDGED:
+        return Judgement(
+            "inconclusive", " ".join(n for n in (j.note, _cpu_note(cpu_note, j.verdict)) if n)
+        )
+    return j
+
+
 def evaluate_claim(
     claim: Claim, claimset: ClaimSet, params: Params, metrics: dict[str, Any] | None, note: str
 ) -> ClaimRecord:
+    """One claim's record: its rules in order, each of which may overrule the verdict of the
+    ones before (`_measured_values`, `_judged`, `_unless_not_tested`,
+    `_unless_still_learning`, `_unless_cpu_dependent`); ``note`` says why the experiment's
+    outputs are unusable, when they are."""
     scale = params.scale
-    expectation = claim.expected[scale]  # type: ignore[index]
+    file = params.directory(claim.experiment) / METRICS_FILE
+    measured, reference, note = _measured_values(claim, metrics, file, note)
+    values = (measured, reference, getattr(claim.tolerance, scale))
+    judgement, measurement, seed_note = _judged(claim, metrics, file, values, note)
+    judgement = _unless_not_tested(claim, params, metrics, seed_note, judgement)
+    judgement = _unless_still_learning(claim, metrics, file, scale, judgement)
+    own = judgement.verdict
+    judgement = _unless_cpu_dependent(claim, scale, judgement)
+    return _claim_record(claim, claimset, params, measurement, judgement, own)
+
+
+def _expectation_fields(claim: Claim, claimset: ClaimSet, scale: str) -> dict[str, Any]:
+    """A record's fields on what is expected of the claim at ``scale`` and at the other
+    scale: the verdicts, their reasons and bases, and the recordings behind them."""
     recording = claimset.recording(claim, scale)
     other_scale = next(s for s in SCALES if s != scale)
     other_recording = claimset.recording(claim, other_scale)
+    expectation = claim.expected[scale]  # type: ignore[index]
     other = claim.expected[other_scale]  # type: ignore[index]
-    tolerance = getattr(claim.tolerance, scale)
-    metrics_file = params.directory(claim.experiment) / METRICS_FILE
-    measured = reference = None
-    if metrics is not None:
-        measured, problem = metric_value(metrics, claim.metric)
-        if isinstance(claim.reference, MetricRef):
-            reference, ref_problem = metric_value(metrics, claim.reference.metric)
-            if ref_problem and not problem:
-                problem = f"reference {ref_problem}"
-        else:
-            reference = float(claim.reference)
-        if problem:
-            note = f"{metrics_file}: {problem}; {rerun_advice(claim.experiment)}"
-    evidence = SeedEvidence()
-    point = seed_note = ""
-    subject = "" if metrics is None else no_subject(claim, metrics)
-    if subject:
-        verdict, note = "inconclusive", f"{metrics_file}: {subject}"
-    elif measured is None or reference is None:
-        verdict = "missing"
-    else:
-        holds = compare(measured, reference, claim.comparison, tolerance)
-        point = verdict = "holds" if holds else "does-not-reproduce"
-        evidence, seed_note = _seed_evidence(claim, metrics or {}, measured, reference, tolerance)
-        if seed_note:
-            verdict, note = "missing", f"{metrics_file}: {seed_note}"
-        elif claim.per_seed is not None and claim.per_seed.quantifier is not None:
-            quantifier = claim.per_seed.quantifier
-            verdict, quantified_note = quantified_verdict(quantifier, evidence, point)
-            if quantified_note:
-                verdict, note = "missing", f"{metrics_file}: {quantified_note}"
-        elif evidence.interval is not None:
-            verdict = interval_verdict(
-                holds, evidence.interval, reference, claim.comparison, tolerance
-            )
-        undecided, call_note = _within_call_noise(claim, metrics or {}, reference, tolerance)
-        if call_note and not undecided:
-            verdict, note = "missing", f"{metrics_file}: {call_note}"
-        elif undecided and verdict != "missing":
-            verdict, note = "inconclusive", call_note
-    # A run that stops before the paper's effect has not tested the claim, whatever its
-    # metric says (NaN included); absent outputs or metrics stay `missing`: those are faults.
-    untested = not tested(claim, params, scale) and claim.metric in (metrics or {})
-    if untested and not seed_note:
-        verdict, note = UNTESTED, _untested_note(claim, params, scale)
-    learning, learning_note = _still_learning(claim, metrics)
-    if learning_note and verdict in JUDGED:
-        verdict, note = "missing", f"{metrics_file}: {learning_note}"
-    elif learning and verdict in JUDGED:
-        verdict, note = UNTESTED, _learning_note(learning, claim, scale)
-    own = verdict
+    return {
+        "expected": expectation.verdict,
+        "expected_reason": _cited_text(expectation.reason, recording),
+        "expected_basis": claimset.basis(claim, scale),
+        "expected_measured": None if recording is None else recording.measured,
+        "expected_commit": None if recording is None else recording.commit,
+        "other_scale": other_scale,
+        "other_expected": other.verdict,
+        "other_expected_reason": _cited_text(other.reason, other_recording),
+        "other_expected_recorded": other_recording is not None,
+        "other_expected_basis": claimset.basis(claim, other_scale),
+        "other_expected_measured": None if other_recording is None else other_recording.measured,
+        "other_expected_commit": None if other_recording is None else other_recording.commit,
+    }
+
+
+def _claim_record(
+    claim: Claim,
+    claimset: ClaimSet,
+    params: Params,
+    measurement: Measurement,
+    judgement: Judgement,
+    own: str,
+) -> ClaimRecord:
+    """The record of a claim judged so, with its expectations at both scales, their
+    recordings and its negative control."""
+    scale = params.scale
+    expected = _expectation_fields(claim, claimset, scale)
     control, control_measured = control_status(claim, claimset.controls, params)
-    cpu_note = (claim.cpu_dependent or {}).get(scale)
-    if cpu_note and verdict in JUDGED:
-        verdict = "inconclusive"
-        note = " ".join(n for n in (note, _cpu_note(cpu_note, own)) if n)
+    evidence = measurement.evidence
+    note = (
+        _cited_text(claim.note, claimset.recording(claim, scale)) or "",
+        _untrained_note(claim),
+        judgement.note,
+        claimset.unbacked(claim, scale),
+    )
     return ClaimRecord(
         id=claim.id,
         paper=params.experiment(claim.experiment).paper,
@@ -550,48 +692,28 @@ def evaluate_claim(
         statement=claim.statement,
         metric=claim.metric,
         comparison=claim.comparison,
-        measured=measured,
-        reference=reference,
-        tolerance=tolerance,
+        measured=measurement.measured,
+        reference=measurement.reference,
+        tolerance=measurement.tolerance,
         scale=scale,
-        verdict=verdict,
-        expected=expectation.verdict,
-        expected_reason=_cited_text(expectation.reason, recording),
-        expected_basis=claimset.basis(claim, scale),
-        matches_expectation=verdict == expectation.verdict,
+        verdict=judgement.verdict,
+        matches_expectation=judgement.verdict == expected["expected"],
         provenance=claim.provenance,
         source=claim.source,
         reference_source=claim.reference_source,
-        note=" ".join(
-            n
-            for n in (
-                _cited_text(claim.note, recording) or "",
-                _untrained_note(claim),
-                note,
-                claimset.unbacked(claim, scale),
-            )
-            if n
-        ),
-        expected_measured=None if recording is None else recording.measured,
-        expected_commit=None if recording is None else recording.commit,
-        other_scale=other_scale,
-        other_expected=other.verdict,
-        other_expected_reason=_cited_text(other.reason, claimset.recording(claim, other_scale)),
-        other_expected_recorded=other_recording is not None,
-        other_expected_basis=claimset.basis(claim, other_scale),
-        other_expected_measured=None if other_recording is None else other_recording.measured,
-        other_expected_commit=None if other_recording is None else other_recording.commit,
+        note=" ".join(n for n in note if n),
         seed_values=evidence.values,
         seed_verdicts=evidence.verdicts,
         interval=None if evidence.interval is None else list(evidence.interval),
         interval_kind=evidence.interval_kind,
-        point_verdict=point,
+        point_verdict=measurement.point,
         implied_by=claim.implied_by,
         own_verdict=own,
         negative_control=control,
         negative_measured=control_measured,
         control_problem=control_problem(claim, control),
         stability_problem=claimset.stale_marks.get(claim.id, ""),
+        **expected,
     )
 
 

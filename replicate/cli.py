@@ -23,7 +23,7 @@ DISTRIBUTION = "markov-replicate"
 
 class _Version(argparse.Action):
     """--version: the installed package's version, looked up only when asked for (the
-    metadata search would otherwise cost every job's start-up, issue 13)."""
+    metadata search would otherwise cost every job's start-up)."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(
@@ -203,7 +203,7 @@ def _print_errors(errors: list[str]) -> None:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         # Only this experiment's settings are validated, so only its paper's code is
-        # imported (issue 13: a job's start-up); `snakemake` validated the whole file.
+        # imported, which keeps the job's start-up short; `snakemake` validated the whole file.
         params = load_params(args.params, scale=args.scale, only=[args.experiment])
         from replicate.experiments.runner import run_experiment
 

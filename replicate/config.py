@@ -82,8 +82,8 @@ def _reject_nan(node: Any, path: str, source: str) -> None:
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """libyaml's parser when present (the same mapping as yaml.safe_load, 8x faster: every
-    job and every Snakemake call reads params.yaml, issue 13), refusing a key given twice
-    in one mapping, which YAML would otherwise resolve silently to its last value."""
+    job and every Snakemake call reads params.yaml), refusing a key given twice in one
+    mapping, which YAML would otherwise resolve silently to its last value."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, int] = {}
@@ -187,10 +187,10 @@ def load_params(
     ``scale`` overrides the file's own ``scale`` key (as ``--config scale=paper`` does).
     ``overrides``: the values Snakemake's ``--config`` put into the dict; an invalid one is
     reported as the option's, not the file's.
-    ``only``: validate the settings of just these experiments now (a job running one of
-    them imports only its paper's code, issue 13); the others are validated by
-    `Params.settings` on first use. None: every experiment, now, unless the same content
-    (`validation_key`) validated in full before (then each on first use, as for ``only``).
+    ``only``: validate the settings of just these experiments now (a job running one of them
+    imports only its paper's code); the others are validated by `Params.settings` on first
+    use. None: every experiment, now, unless the same content (`validation_key`) validated
+    in full before (then each on first use, as for ``only``).
     Relative paths in the file (``claims_dir``) start from the file's folder; for a dict,
     from the working directory.
     """

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from replicate.checkout import clean_commit, cpu_model
 from replicate.claim_files import load_claims
 from replicate.control_record import (
     CONTROLS_FILE,
@@ -24,11 +25,10 @@ from replicate.control_record import (
     reads_training,
     write_controls,
 )
-from replicate.expect import clean_commit
 from replicate.params import PAPERS, Params
 from replicate.provenance import LEARNING_ENV
 from replicate.sources import paper_digest
-from replicate.stability import Perturbation, cpu_model, run_suite
+from replicate.suite import Perturbation, run_suite
 
 LEARNING_OFF = Perturbation(
     "learning switched off: every training with a learning rate of 0 (same members, seeds, "

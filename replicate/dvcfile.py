@@ -48,11 +48,10 @@ from typing import Any
 
 import yaml
 
+from replicate.checkout import paper_stages, pipeline_file
 from replicate.config import load_params
 from replicate.params import SCALES, ConfigError, Params
 
-PIPELINE_FILES = {"ci": Path("dvc.yaml"), "paper": Path("scales/paper/dvc.yaml")}
-"""Each scale's DVC pipeline file (its dvc.lock lies beside it)."""
 HEADER = """\
 # GENERATED from params.yaml by `python -m replicate.dvcfile`: do not edit.
 # DVC records what Snakemake writes at the {scale} scale, in results/{scale}/: one stage per
@@ -68,22 +67,8 @@ OTHER_SCALE = {
 }
 
 
-def pipeline_file(scale: str) -> Path:
-    """The DVC pipeline file of ``scale`` (`PIPELINE_FILES`)."""
-    return PIPELINE_FILES[scale]
-
-
 def _snakemake(target: str, scale: str) -> str:
     return f"snakemake --cores all {target} --config scale={scale}"
-
-
-def paper_stages(params: Params) -> dict[str, list[str]]:
-    """Each paper's DVC stage (named by its key, as its Snakemake target is) and the
-    experiments it records, in params.yaml's order."""
-    papers: dict[str, list[str]] = {}
-    for name, entry in params.experiments.items():
-        papers.setdefault(entry.paper, []).append(name)
-    return papers
 
 
 def _dvc_params(params: Params, names: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ It records only what the commit it names produced. It refuses, naming each claim
 - a working tree with changes to tracked files or untracked files (`git status`), other than
   dvc.lock and recorded.json themselves: the commit would not be the code that ran;
 - outputs that Snakemake would rerun (older than their code, or produced with other
-  settings: `replicate.record.current_experiments`);
+  settings: `replicate.checkout.current_experiments`);
 - a verdict that is ``missing``, or that differs from the claims file's expected verdict:
   the person changes the expectation (and its reason) first;
 - an expectation whose claims file gives a written ``basis`` at this scale, when the claim
@@ -23,26 +23,16 @@ It records only what the commit it names produced. It refuses, naming each claim
 from __future__ import annotations
 
 import datetime
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicate import claims, io, verdicts
+from replicate import claims, io
+from replicate.checkout import RefusedRecording, clean_commit, current_experiments
 from replicate.citations import cited_keys
 from replicate.claim_files import Claim, Recording, load_claims, recorded_file, write_recorded
-from replicate.params import METRICS_FILE, PROVENANCE_FILE, SCALES, ConfigError, Params
-from replicate.record import current_experiments
+from replicate.params import METRICS_FILE, PROVENANCE_FILE, ConfigError, Params
 from replicate.report import value_text
 from replicate.verdicts import ClaimRecord
-
-RECORDED_ELSEWHERE = ("dvc.lock",)
-"""Files a run itself rewrites: changes to them do not make the tree dirty for `expect`; nor
-do changes to the per-paper verdict summaries (`verdicts.ClaimsOutputs.verdicts_dir`),
-written by the claims step and tracked in git for `dvc metrics diff`."""
-
-
-class RefusedRecording(ConfigError):
-    """`expect` would record a value its commit did not produce, or one nobody expects."""
 
 
 @dataclass(frozen=True)
@@ -53,34 +43,6 @@ class Recorded:
     commit: str
     skipped: list[str]
     path: Path
-
-
-def _git(root: Path, *args: str) -> str:
-    try:
-        result = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=False
-        )
-    except FileNotFoundError as exc:
-        raise RefusedRecording("git is not installed: no commit to record") from exc
-    if result.returncode != 0:
-        raise RefusedRecording(f"`git {' '.join(args)}` failed: {result.stderr.strip()}")
-    return result.stdout
-
-
-def clean_commit(root: Path, recorded: Path) -> str:
-    """HEAD's short hash; RefusedRecording when the tree differs from it (see the module)."""
-    _git(root, "rev-parse", "--is-inside-work-tree")
-    allowed = {*RECORDED_ELSEWHERE, str(recorded.resolve().relative_to(root.resolve()))}
-    changed = [line[3:] for line in _git(root, "status", "--porcelain").splitlines() if line[3:]]
-    summaries = tuple(f"{verdicts.ClaimsOutputs(s).verdicts_dir}/" for s in SCALES)
-    dirty = [p for p in changed if p not in allowed and not p.startswith(summaries)]
-    if dirty:
-        more = f" and {len(dirty) - 3} more" if len(dirty) > 3 else ""
-        raise RefusedRecording(
-            f"the working tree has uncommitted changes ({', '.join(dirty[:3])}{more}): commit "
-            "them, rerun what they change, then record"
-        )
-    return _git(root, "rev-parse", "--short", "HEAD").strip()
 
 
 def _device(params: Params, experiment: str, root: Path) -> str:

@@ -6,8 +6,8 @@ provenance.json): one error line naming the file for anything unusable.
 A writer first writes a temporary file next to its target, named ``TEMP_PREFIX`` +
 ``<name>.<random><suffix>``, and renames it over the target. A process killed in between
 leaves that temporary file behind; `remove_stale_temps` deletes such leftovers (each
-experiment run calls it on its own output folder before it writes, issue 11). Outputs get
-the user's normal file mode (0o666 less the umask), as ``open`` would give them.
+experiment run calls it on its own output folder before it writes). Outputs get the user's
+normal file mode (0o666 less the umask), as ``open`` would give them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Lightning callbacks of `replicate.training.train_ensemble`, in their own module so that
-importing `replicate.training` does not import Lightning (issue 13: start-up).
+importing `replicate.training` does not import Lightning (start-up time).
 
 The class names are part of the checkpoints' callback state keys: keep them.
 """
@@ -48,9 +48,9 @@ class _LabelledProgressBar(TQDMProgressBar):
 
 
 class _StepTimer(L.Callback):
-    """Wall times of the training steps and of the step-0 evaluation (issue 13: the cost
-    plan). Callback hooks run before the module's own, so the interval from Lightning's
-    train start to the first batch holds the module's step-0 evaluation."""
+    """Wall times of the training steps and of the step-0 evaluation (for the cost plan,
+    `replicate.plan`). Callback hooks run before the module's own, so the interval from
+    Lightning's train start to the first batch holds the module's step-0 evaluation."""
 
     def __init__(self) -> None:
         self.started = 0.0

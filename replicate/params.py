@@ -49,8 +49,8 @@ class ConfigError(ValueError):
 
 # ----------------------------------------------------------------------------- scheduling
 class ResourceRequest(Strict):
-    """What one experiment's job asks of a scheduler (Snakemake resources of its rule, issue
-    12). Unset fields come from ``cluster.resources`` of the same scale."""
+    """What one experiment's job asks of a scheduler (Snakemake resources of its rule).
+    Unset fields come from ``cluster.resources`` of the same scale."""
 
     mem_mb: PositiveInt | None = None
     runtime: PositiveInt | None = None
@@ -79,7 +79,7 @@ def _default_resources() -> dict[Scale, Resources]:
 
 
 class Cluster(Strict):
-    """Scheduling and restart settings (issue 12), per scale.
+    """Scheduling and restart settings, per scale.
 
     ``resources``: the request of every experiment's job unless its entry overrides it;
     ``checkpoint_every``: steps between Lightning checkpoints of each training (0: none).
@@ -326,10 +326,10 @@ class Params:
         return "experiments" if name in self.raw.experiments else "derived_experiments"
 
     def input_keys(self, name: str, scale: str | None = None) -> list[str]:
-        """The params.yaml keys that shape experiment ``name``'s outputs at ``scale`` (default:
-        the active one), issue 11: the scale, ``runtime`` (threads, precision, chunking), its
-        settings, and the shared sections it declares in ``reads``. Its Snakemake params hold
-        their values; provenance.json records them; DVC reads them all but ``scale``
+        """The params.yaml keys that shape experiment ``name``'s outputs at ``scale``
+        (default: the active one): the scale, ``runtime`` (threads, precision, chunking),
+        its settings, and the shared sections it declares in ``reads``. Its Snakemake params
+        hold their values; provenance.json records them; DVC reads them all but ``scale``
         (replicate/dvcfile.py)."""
         at = scale or self.raw.scale
         settings = f"{self.section_of(name)}.{name}.settings.{at}"

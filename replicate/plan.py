@@ -1,4 +1,4 @@
-"""The cost plan of a scale (issue 13): what every rule trains and what it will cost here.
+"""The cost plan of a scale: what every rule trains and what it will cost here.
 
 `python -m replicate plan --scale paper` runs each experiment once in a child process with
 every training cut to a few steps (`replicate.training.calibrating`): the child records, per
@@ -307,7 +307,7 @@ def critical_path_seconds(
     it: the time from its start to the end of everything that waits for it. Snakemake's
     priorities from this start a short rule whose consumers are long (paper A's Fig. 3,
     75 s, before Fig. 1, 160 s, which reads it) ahead of a longer rule nobody waits for, so
-    the last job to finish is a short one (issue 13: both cores busy until the end)."""
+    the last job to finish is a short one and every core stays busy until the end."""
     children: dict[str, list[str]] = {name: [] for name in seconds}
     for name, parent in upstream.items():
         if parent is not None:

@@ -3,14 +3,14 @@
 Every experiment writes ``provenance.json`` (a declared output): the params.yaml values that
 shape its outputs at the scale it ran (`recorded_inputs`). `mismatches` compares a
 recorded file with params.yaml at the active scale, so that outputs restored from elsewhere
-(``dvc checkout``, a copy) with other settings are refused by name and key (issue 11).
+(``dvc checkout``, a copy) with other settings are refused by name and key.
 
 The settings are recorded twice: validated (defaults filled in: what the run used) and as
 written in params.yaml (`SETTINGS_AS_WRITTEN`). When those written now equal the recorded
 ones, the validated settings are equal too and the comparison skips validating them, which
-imports the experiment's module (torch, Lightning: seconds; issue 23, the record step). A
-change of a default in the code is then not seen here, but the outputs are older than that
-code, which Snakemake and the record step (`replicate.record`) see by their times.
+imports the experiment's module (torch, Lightning: seconds, at every check of the record
+step). A change of a default in the code is then not seen here, but the outputs are older
+than that code, which Snakemake and the record step (`replicate.record`) see by their times.
 
 It also records a digest of the code that produced the outputs (`CODE_DIGEST`,
 `replicate.sources.experiment_digest`: the syntax trees of the files the experiment's job

@@ -30,15 +30,19 @@ import copy
 import os
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from replicate import verdicts
+from replicate.checkout import (
+    absent_experiments,
+    current_experiments,
+    newer_than_inputs,
+    paper_stages,
+    pipeline_file,
+)
 from replicate.claim_files import load_claims
-from replicate.dvcfile import paper_stages, pipeline_file
 from replicate.params import Params
-from replicate.provenance import mismatches, same_code
 
 if TYPE_CHECKING:
     from dvc.repo import Repo
@@ -47,41 +51,6 @@ if TYPE_CHECKING:
 LOCK_WAIT_SECONDS = 300.0
 """How long a record waits for DVC's repository lock: another run's record holds it for
 seconds, a `dvc` command in the same checkout as long as it runs."""
-
-
-def _newer_than_inputs(outputs: Iterable[Path], inputs: Iterable[Path]) -> bool:
-    outs = list(outputs)
-    if not all(p.exists() for p in outs):
-        return False
-    oldest_output = min(p.stat().st_mtime for p in outs)
-    return all(p.stat().st_mtime <= oldest_output for p in inputs if p.exists())
-
-
-def current_experiments(params: Params, root: Path = Path(".")) -> list[str]:
-    """Experiments whose outputs Snakemake would not rerun (by mtime, code and params): newer
-    than their upstream's outputs, produced by code of the same meaning as the code there
-    now (`same_code`: the digest of its syntax trees) and with params.yaml's values."""
-    current = []
-    for name in params.experiments:
-        upstream = params.upstream_of(name)
-        upstream_outputs = [] if upstream is None else params.output_paths(upstream)
-        outputs = [root / p for p in params.output_paths(name)]
-        if (
-            _newer_than_inputs(outputs, [root / p for p in upstream_outputs])
-            and same_code(name, params, root)
-            and not mismatches(name, params, root)
-        ):
-            current.append(name)
-    return current
-
-
-def absent_experiments(params: Params, root: Path = Path(".")) -> list[str]:
-    """Experiments none of whose outputs exist (not run yet, or deleted whole)."""
-    return [
-        name
-        for name in params.experiments
-        if not any((root / p).exists() for p in params.output_paths(name))
-    ]
 
 
 def current_stages(params: Params, root: Path = Path(".")) -> list[str]:
@@ -109,7 +78,7 @@ def claims_current(params: Params, root: Path = Path(".")) -> bool:
     outputs = verdicts.ClaimsOutputs(params.scale).paths(root)
     inputs = [root / p for p in claims.input_files(params, claimset)]
     inputs += [root / p for name in params.experiments for p in params.output_paths(name)]
-    if not _newer_than_inputs(outputs, inputs):
+    if not newer_than_inputs(outputs, inputs):
         return False
     try:
         stored = verdicts.load_records(params.scale, root)

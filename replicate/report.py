@@ -24,11 +24,11 @@ from replicate.params import METRICS_FILE, PROVENANCE_FILE, ExperimentEntry, Par
 from replicate.verdicts import (
     SEED_BOOTSTRAP,
     SEED_RANGE,
-    VERDICTS,
     ClaimRecord,
     ClaimsOutputs,
     counted,
     load_records,
+    tally,
     unexpected,
 )
 
@@ -499,12 +499,6 @@ def settings_line(provenance: dict, upstream: str | None = None) -> str:
 
 
 # ----------------------------------------------------------------------------- tallies
-def tally(records: list[ClaimRecord]) -> dict[str, int]:
-    """Per verdict, how many facts (`verdicts.counted`: implied claims left out) have it."""
-    facts = counted(records)
-    return {v: sum(r.verdict == v for r in facts) for v in VERDICTS}
-
-
 def _tally_cells(records: list[ClaimRecord]) -> str:
     """Claims implied by another (not counted), then the facts and their verdicts, then
     the unexpected verdicts among all the claims (`verdicts.counted`)."""
@@ -868,3 +862,67 @@ def console_summary(scale: str, root: Path = Path("."), inputs: Iterable[Path] =
     lines.append(papers)
     lines.append(f"report: {(root / outputs.report).resolve()}")
     return lines
+
+
+# ----------------------------------------------------------------------------- README headline
+HEADLINE_START = (
+    "<!-- headline: generated from results/ci/verdicts/ by `python -m replicate.report "
+    "--readme README.md`; do not edit -->"
+)
+HEADLINE_END = "<!-- /headline -->"
+
+
+def headline(scale: str = "ci", root: Path = Path(".")) -> str:
+    """What each paper's claims found at ``scale``, from its verdict summaries (tracked by git,
+    `verdicts.verdict_summary`): a table of the papers' own results per verdict and of all
+    claims as expected, for the README."""
+    lines = [
+        f"| Paper | its own results ({scale} scale): hold | do not reproduce | inconclusive "
+        "| not tested | all claims as expected |",
+        "|---|---|---|---|---|---|",
+    ]
+    for paper, title in PAPER_TITLES.items():
+        summary = io.read_json_object(root / ClaimsOutputs(scale).verdicts_dir / f"{paper}.json")
+        own = summary["papers_own"]
+        counts = [own[v] for v in ("holds", "does_not_reproduce", "inconclusive", "not_tested")]
+        expected = f"{summary['claims'] - summary['unexpected']} of {summary['claims']}"
+        lines.append(f"| {title} | " + " | ".join(map(str, counts)) + f" | {expected} |")
+    return "\n".join(lines)
+
+
+def with_headline(text: str, table: str) -> str:
+    """``text`` (the README) with the block between `HEADLINE_START` and `HEADLINE_END`
+    replaced by ``table``; ValueError when the markers are missing."""
+    start, end = text.find(HEADLINE_START), text.find(HEADLINE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the headline markers are missing: {HEADLINE_START} ... {HEADLINE_END}")
+    return text[: start + len(HEADLINE_START)] + "\n" + table + "\n" + text[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m replicate.report --readme README.md [--check]``: write (or check) the
+    README's headline from the committed ci verdict summaries."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m replicate.report", description=main.__doc__)
+    parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    parser.add_argument("--check", action="store_true", help="exit 1 if the headline is stale")
+    args = parser.parse_args(argv)
+    text = args.readme.read_text()
+    try:
+        updated = with_headline(text, headline())
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if updated != text:
+            print(f"{args.readme}'s headline is stale: run `python -m replicate.report`")
+            return 1
+        return 0
+    io.write_text(args.readme, updated)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

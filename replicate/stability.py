@@ -1,4 +1,4 @@
-"""Verdicts that do not depend on the machine (issue 23): `python -m replicate stability`.
+"""Verdicts that do not depend on the machine: `python -m replicate stability`.
 
 Floating-point results differ between CPUs (ATen's kernel dispatch level, MKL's code path,
 the order of a reduction) and the differences grow through training: a claim whose verdict
@@ -60,19 +60,16 @@ from __future__ import annotations
 
 import copy
 import datetime
-import os
-import platform
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from replicate import verdicts
+from replicate.checkout import clean_commit, cpu_model
 from replicate.claim_files import (
     STABILITY_FORMAT,
     claims_file,
@@ -80,21 +77,10 @@ from replicate.claim_files import (
     stability_file,
     write_stability,
 )
-from replicate.expect import clean_commit
 from replicate.params import PAPERS, ConfigError, Params
 from replicate.sources import paper_digest
+from replicate.suite import Perturbation, clone_project, run_in_clone
 from replicate.verdicts import ClaimRecord
-
-
-@dataclass(frozen=True)
-class Perturbation:
-    """One numerically neutral change: environment variables set for every job, and
-    optionally the torch thread count (``runtime.threads`` in the clone's params.yaml)."""
-
-    what: str
-    env: dict[str, str] = field(default_factory=dict)
-    threads: int | None = None
-
 
 PERTURBATIONS: dict[str, Perturbation] = {
     "aten-default": Perturbation(
@@ -117,28 +103,6 @@ NATIVE = "native"
 """The name of the unperturbed run, the one each perturbed run is compared with."""
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _set_threads(params_file: Path, threads: int) -> None:
-    """Set ``runtime.threads`` in a clone's params.yaml, keeping the rest of the file."""
-    from ruamel.yaml import YAML
-
-    yaml = YAML()
-    data = yaml.load(params_file)
-    data["runtime"]["threads"] = threads
-    with params_file.open("w") as handle:
-        yaml.dump(data, handle)
-
-
 def _drop_cpu_marks(folder: Path) -> None:
     """Remove every ``cpu_dependent`` mark from the claims files in a clone's claims
     ``folder`` (module docstring), keeping the rest of each file."""
@@ -158,54 +122,6 @@ def _drop_cpu_marks(folder: Path) -> None:
                 yaml.dump(data, handle)
 
 
-def _clone(root: Path, commit: str, clone: Path) -> Path:
-    """A fresh clone of the project ``root`` at ``commit``, in ``clone``."""
-    if clone.exists():
-        shutil.rmtree(clone)
-    subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "--quiet", commit], cwd=clone, check=True)
-    return clone
-
-
-def _run(
-    clone: Path, name: str, perturbation: Perturbation, commands: list[list[str]], log: Path
-) -> None:
-    """Run ``commands`` in ``clone`` under ``perturbation`` (named ``name``), one after the
-    other, their output in ``log``; RuntimeError at the first that fails."""
-    if perturbation.threads is not None:
-        _set_threads(clone / "params.yaml", perturbation.threads)
-    env = {**os.environ, **perturbation.env}
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as handle:
-        for command in commands:
-            done = subprocess.run(
-                command, cwd=clone, env=env, stdout=handle, stderr=subprocess.STDOUT
-            )
-            if done.returncode != 0:
-                raise RuntimeError(
-                    f"the suite under {name} failed (exit {done.returncode}); see {log}"
-                )
-
-
-def run_suite(
-    root: Path,
-    commit: str,
-    name: str,
-    perturbation: Perturbation,
-    workdir: Path,
-    cores: str,
-    log: Path,
-    scale: str,
-) -> list[ClaimRecord]:
-    """Clone ``root`` at ``commit`` into ``workdir/name``, run every experiment and the
-    claims there at ``scale`` under ``perturbation`` (Snakemake's ``claims_evaluation``),
-    and return the clone's claim records (`replicate.controls` runs its control so)."""
-    clone = _clone(root, commit, workdir / name)
-    command = [sys.executable, "-m", "snakemake", "--cores", cores, "claims_evaluation"]
-    _run(clone, name, perturbation, [[*command, "--config", f"scale={scale}"]], log)
-    return verdicts.load_records(scale, clone)
-
-
 @dataclass(frozen=True)
 class _Suite:
     """How the stability check runs its clones: the project and commit cloned, the papers
@@ -223,7 +139,7 @@ class _Suite:
 
     def clone(self, name: str) -> Path:
         """A fresh clone of the project at the commit, in ``workdir/name``."""
-        return _clone(self.root, self.commit, self.workdir / name)
+        return clone_project(self.root, self.commit, self.workdir / name)
 
     def run(self, clone: Path, name: str, perturbation: Perturbation) -> list[ClaimRecord]:
         """Run the papers' Snakemake targets and then the claims in ``clone`` (made by
@@ -236,7 +152,7 @@ class _Suite:
             [sys.executable, "-m", "snakemake", "--cores", self.cores, *self.papers, *scale],
             [sys.executable, "-m", "replicate", "--scale", self.scale, "claims"],
         ]
-        _run(clone, name, perturbation, commands, self.logs / f"{name}.log")
+        run_in_clone(clone, name, perturbation, commands, self.logs / f"{name}.log")
         return [r for r in verdicts.load_records(self.scale, clone) if r.paper in self.papers]
 
 

@@ -3,9 +3,8 @@
 Every training in the harness goes through `train_ensemble`: any ensemble model
 (`lightning_modules`), any members (a source and a seed each), any objective. Lightning is
 imported by `train_ensemble` itself, so an experiment that trains nothing never loads it
-(issue 13: start-up). `configure_torch` sets the trainings' precision and how an ensemble
-too large for the device is split into chunks of members trained one after the other
-(issue 13: GPU readiness).
+(start-up time). `configure_torch` sets the trainings' precision and how an ensemble too
+large for the device's memory is split into chunks of members trained one after the other.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
 
 @dataclass(frozen=True)
 class DeviceSettings:
-    """How the trainings use the device (issue 13: GPU readiness), set by `configure_torch`.
+    """How the trainings use the device, set by `configure_torch`.
 
     ``precision``: see `Precision`. ``max_members_per_chunk``: train an ensemble in
     consecutive chunks of at most this many members, one after the other (members are
@@ -194,8 +193,8 @@ CHECKPOINT_PATTERN = "step*.ckpt"
 def checkpointing(directory: Path, every: int) -> Iterator[None]:
     """Inside this block every `train_ensemble` call saves a Lightning checkpoint each
     ``every`` steps (0: none) and at its end under ``directory``, and resumes from the
-    latest one it finds there (issue 12). The caller removes ``directory`` once its outputs
-    are complete."""
+    latest one it finds there, so the rerun of a killed job continues its training. The
+    caller removes ``directory`` once its outputs are complete."""
     global _SCOPE
     previous, _SCOPE = _SCOPE, _CheckpointScope(Path(directory), every)
     try:
@@ -206,8 +205,8 @@ def checkpointing(directory: Path, every: int) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class TrainingCost:
-    """One `train_ensemble` call seen inside `calibrating` (issue 13): its planned size and
-    the measured cost of a few of its steps on this machine."""
+    """One `train_ensemble` call seen inside `calibrating`: its planned size and the
+    measured cost of a few of its steps on this machine."""
 
     label: str
     members: int
@@ -255,7 +254,7 @@ def calibrating(
     """Inside this block every `train_ensemble` call trains only ``steps`` steps (at least
     4), evaluating at the first and the last, and appends its `TrainingCost` to the list
     yielded (and hands it to ``on_cost`` as soon as it is measured); what the experiment
-    computes from such trainings is meaningless (issue 13: the cost plan, `replicate.plan`)."""
+    computes from such trainings is meaningless (they serve the cost plan, `replicate.plan`)."""
     global _CALIBRATION
     previous, _CALIBRATION = _CALIBRATION, _Calibration(max(4, steps), on_cost)
     try:

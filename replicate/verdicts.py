@@ -131,19 +131,29 @@ def counted(records: list[ClaimRecord]) -> list[ClaimRecord]:
     return [r for r in records if r.implied_by is None]
 
 
-def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, int]:
+def tally(records: list[ClaimRecord]) -> dict[str, int]:
+    """Per verdict (`VERDICTS`), how many facts (`counted`: implied claims left out) have it."""
+    facts = counted(records)
+    return {v: sum(r.verdict == v for r in facts) for v in VERDICTS}
+
+
+def verdict_summary(records: list[ClaimRecord], paper: str) -> dict[str, Any]:
     """Counts of one paper's claims, the same keys for every paper: ``claims`` (all),
     ``implied`` (those implied by another claim), ``facts`` (the rest, one per fact), one
-    count per verdict over the facts (``does_not_reproduce`` for does-not-reproduce), and
-    ``unexpected`` over all claims (an implied claim's verdict is checked too)."""
+    count per verdict over the facts (``does_not_reproduce`` for does-not-reproduce),
+    ``unexpected`` over all claims (an implied claim's verdict is checked too), and
+    ``papers_own``: the verdict counts of the paper's own results alone (provenance
+    ``paper``, apart from our derivations, proposals and consistency checks)."""
     recs = [r for r in records if r.paper == paper]
     facts = counted(recs)
+    own = tally([r for r in recs if r.provenance == "paper"])
     return {
         "claims": len(recs),
         "implied": len(recs) - len(facts),
         "facts": len(facts),
-        **{v.replace("-", "_"): sum(r.verdict == v for r in facts) for v in VERDICTS},
+        **{v.replace("-", "_"): n for v, n in tally(recs).items()},
         "unexpected": len(unexpected(recs)),
+        "papers_own": {v.replace("-", "_"): n for v, n in own.items()},
     }
 
 

@@ -68,10 +68,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (addopts) gives the whole suite one worker per core; a run narrowed to a few
+    tests (``-k``, or test ids ``file::test``) runs in this process instead, where starting
+    the workers (each importing torch and Lightning) would cost more than they save. None:
+    pytest-xdist's own count, the cores."""
+    if config.option.keyword or any("::" in arg for arg in config.args):
+        return 0
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first (issue 21): pytest-xdist hands whole files to its workers in
-    collection order, so the files that run the workflow start first, longest first, and
-    both workers finish together; every other test keeps its place."""
+    """The longest files first: pytest-xdist hands whole files to its workers in collection
+    order, so the files that run the workflow start first, longest first, and both workers
+    finish together; every other test keeps its place."""
 
     def order(item: pytest.Item) -> float:
         marker = item.get_closest_marker("workflow")

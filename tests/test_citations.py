@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replicate.checkout import RefusedRecording
 from replicate.citations import cited_keys, cited_value_text, render
 from replicate.claim_files import load_claims
 from replicate.config import load_params
-from replicate.expect import RefusedRecording, expect
+from replicate.expect import expect
 
 from .test_claim_files import _git, project  # noqa: F401  (the fixture)
 from .test_claims import CLAIM_ID

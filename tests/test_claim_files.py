@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from replicate import claims, verdicts
+from replicate.checkout import RefusedRecording
 from replicate.claim_files import NOT_RECORDED, UNBACKED, load_claims
 from replicate.cli import main
 from replicate.config import load_params
-from replicate.expect import RefusedRecording, expect
+from replicate.expect import expect
 from replicate.params import PAPERS, ConfigError
 
 from .conftest import CLAIMS_DIR, PARAMS_FILE, claim_dict, params_with_claims
@@ -84,8 +85,8 @@ def _full_history() -> bool:
 
 @pytest.mark.skipif(not _full_history(), reason="needs a git checkout with its full history")
 def test_every_recording_names_a_commit_of_this_history() -> None:
-    """Issue 20, item 3: a recording names the commit whose code produced the value; a
-    commit made in some other clone and never brought here does not count."""
+    """A recording names the commit whose code produced the value; a commit made in some
+    other clone and never brought here does not count."""
     recorded = json.loads((CLAIMS_DIR / "recorded.json").read_text())
     commits = {r["commit"] for scales in recorded.values() for r in scales.values() if r["commit"]}
     missing = [

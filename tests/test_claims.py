@@ -87,12 +87,20 @@ def test_unexpected_pass(tmp_path: Path, params_dict: dict) -> None:
 
 
 def test_missing_metric_and_nan(tmp_path: Path) -> None:
-    _write_outputs(tmp_path, {"something/else": 1.0})
+    """A key a valid metrics file lacks is the claim's error (named with the nearest keys
+    the file holds, and no advice to rerun, which would write the file again without it); a
+    value that is not a number is the outputs' (rerun them)."""
+    _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigrams": 1.0, "something/else": 1.0})
     r = _record(tmp_path)
-    assert r.verdict == "missing" and not r.matches_expectation and "absent" in r.note
+    assert r.verdict == "missing" and not r.matches_expectation
+    assert r.note == (
+        f"claim {CLAIM_ID} names metric 'p0.5_q0.8/tied/frac_unigram', which "
+        "results/ci/attn_markov/fig3/metrics.json does not hold; nearest: "
+        "p0.5_q0.8/tied/frac_unigrams: correct the claim in claims/attn_markov.yaml"
+    )
     _write_outputs(tmp_path, {"p0.5_q0.8/tied/frac_unigram": None})
     r = _record(tmp_path)
-    assert r.verdict == "missing" and "NaN" in r.note
+    assert r.verdict == "missing" and "NaN" in r.note and "--forcerun attn_markov_fig3" in r.note
 
 
 def test_missing_outputs_and_stale_scale(tmp_path: Path) -> None:
@@ -291,8 +299,8 @@ def _ci_steps(params_dict: dict) -> int:
 def test_a_run_that_stops_before_the_effect_has_not_tested_the_claim(
     tmp_path: Path, params_dict: dict
 ) -> None:
-    """Issue 19: the run ends before the step where the paper shows the effect, so its
-    value is shown but not judged; with the effect within the run the claim is judged."""
+    """The run ends before the step where the paper shows the effect, so its value is shown
+    but not judged; with the effect within the run the claim is judged."""
     steps = _ci_steps(params_dict)
     later = {"step": steps + 1, "source": "a test"}
     expected = {"paper": {"verdict": "holds"}, "ci": {"verdict": "not-tested"}}
@@ -390,9 +398,9 @@ CPU_DEPENDENT = {
 def test_a_cpu_dependent_claim_is_inconclusive_whatever_this_machine_measures(
     tmp_path: Path, params_dict: dict, stuck: float, own: str
 ) -> None:
-    """Issue 23: where the stability check showed the verdict changes with the CPU, the
-    claim reads inconclusive on every machine; the run's own verdict stays in the record,
-    and the stability check compares that one."""
+    """Where the stability check showed the verdict changes with the CPU, the claim reads
+    inconclusive on every machine; the run's own verdict stays in the record, and the
+    stability check compares that one."""
     from replicate.stability import compare
 
     params = _seed_params(tmp_path, params_dict, CPU_DEPENDENT)
@@ -435,7 +443,7 @@ def test_fewer_than_four_seeds_give_their_range_and_more_a_bootstrap(
     tmp_path: Path, params_dict: dict
 ) -> None:
     """With 3 seeds the interval is labelled and computed as the seed range; with 5 it is
-    the 95 % seed-bootstrap, which leaves out the extreme seeds (issue 20, item 2)."""
+    the 95 % seed-bootstrap, which leaves out the extreme seeds."""
     from replicate.report import render_report
 
     params = _seed_params(tmp_path, params_dict, MAX_DELTA)
@@ -473,10 +481,10 @@ def _stagewise(values: list[float], low: list[float], high: list[float]) -> dict
 def test_a_verdict_that_rests_on_calls_within_noise_is_inconclusive(
     tmp_path: Path, params_dict: dict
 ) -> None:
-    """Issue 19, item 4: all 3 seeds are stage-wise (1 >= 0.6). When seed 2's level call is
-    within the noise (its .lo is 0) the fraction ranges over [0.67, 1] and still holds; when
-    seeds 1 and 2's are, it ranges over [0.33, 1]: inconclusive, naming both seeds. Bounds
-    absent: missing, naming what is absent."""
+    """All 3 seeds are stage-wise (1 >= 0.6). When seed 2's level call is within the noise
+    (its .lo is 0) the fraction ranges over [0.67, 1] and still holds; when seeds 1 and 2's
+    are, it ranges over [0.33, 1]: inconclusive, naming both seeds. Bounds absent: missing,
+    naming what is absent."""
     params = _seed_params(tmp_path, params_dict, FRACTION)
     _write_outputs(tmp_path, _stagewise([1, 1, 1], [1, 1, 1], [1, 1, 1]))
     (r,) = claims.evaluate(params, tmp_path)

@@ -1,4 +1,4 @@
-"""Issue 23, item 3: two `snakemake` runs of different targets in one checkout.
+"""Two `snakemake` runs of different targets in one checkout.
 
 Snakemake allows them (their outputs differ); their DVC records then meet at DVC's
 repository lock. A record waits for the lock (bounded) and never fails its run: a record

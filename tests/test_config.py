@@ -118,7 +118,7 @@ def test_malformed_yaml(tmp_path: Path) -> None:
 
 
 def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
-    """YAML would take the last value silently (issue 23: `scale` twice changes the run)."""
+    """YAML would take the last value silently (`scale` given twice would change the run)."""
     text = PARAMS_FILE.read_text()
     first = text.splitlines().index("scale: ci") + 1
     path = tmp_path / "params.yaml"

@@ -4,8 +4,8 @@ A scratch git repository is built from a clone of this one and the working tree 
 untracked, non-ignored files); one experiment that trains nothing is run with Snakemake,
 which records its outputs in dvc.lock when it succeeds; they are pushed to the default remote
 (`dvc-storage/`, inside the project and ignored by git) and pulled into a `git clone` whose
-remote is pointed at the first copy's storage with `dvc remote modify --local` (README,
-"Sharing results: the DVC remote").
+remote is pointed at the first copy's storage with `dvc remote modify --local`
+(docs/staleness-and-dvc.md, "The DVC remote").
 """
 
 from __future__ import annotations

@@ -202,8 +202,8 @@ def test_initialize_hook_and_snapshots() -> None:
 
 
 def test_orders_trained_as_one_ensemble_equal_their_own_trainings() -> None:
-    """Paper D's maps train the orders that share a step count as one ensemble (issue 21):
-    each order's models and test losses are those of training that order alone."""
+    """Paper D's maps train the orders that share a step count as one ensemble (cheaper per
+    step): each order's models and test losses are those of training that order alone."""
     from types import SimpleNamespace
 
     from replicate.experiments.two_layer.maps import MapsSettings, train_orders

@@ -1,4 +1,4 @@
-"""Issue 11, item 5: each fault is reproduced here and leaves a repairable state.
+"""Each fault is reproduced here and leaves a repairable state.
 
 Non-finite metrics are `missing` (naming file and key); a malformed metrics file is one line
 of error and never costs the previous claims.json/REPORT.md; temporary files of a killed
@@ -426,9 +426,14 @@ def test_verdict_summaries_count_the_records(tmp_path: Path, monkeypatch) -> Non
     total = dict.fromkeys(keys, 0)
     for path in paths:
         summary = json.loads(path.read_text())
+        own = summary.pop("papers_own")
         assert list(summary) == keys and all(type(v) is int for v in summary.values())
         recs = [r for r in records if f"results/ci/verdicts/{r.paper}.json" in str(path)]
         facts = [r for r in recs if r.implied_by is None]
+        papers = [r for r in facts if r.provenance == "paper"]
+        assert own == {
+            key: sum(r.verdict == key.replace("_", "-") for r in papers) for key in keys[3:8]
+        }
         assert summary == {
             "claims": len(recs),
             "implied": len(recs) - len(facts),

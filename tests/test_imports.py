@@ -1,4 +1,4 @@
-"""The package's modules import each other without a circle (issue 18).
+"""The package's modules import each other without a circle.
 
 Every import of a `replicate` module counts, a function-level one too and one under
 ``TYPE_CHECKING``, so a circle cannot hide behind a lazier import; the lazy experiment
@@ -69,3 +69,18 @@ def test_the_package_has_no_import_circle() -> None:
 def test_the_circle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+COMMANDS = {
+    f"replicate.{name}" for name in ("controls", "dvcfile", "expect", "plan", "record", "stability")
+}
+"""The modules behind `python -m replicate` commands (and `python -m replicate.dvcfile`):
+each imports the shared core (the claims and the report, `replicate.checkout`,
+`replicate.suite`, ...), never another command, so a change to one command reaches no
+other."""
+
+
+def test_no_command_imports_another() -> None:
+    graph = import_graph()
+    assert set(graph) >= COMMANDS
+    assert {name: graph[name] & COMMANDS for name in COMMANDS} == {name: set() for name in COMMANDS}

@@ -1,5 +1,5 @@
-"""The cost plan (issue 13): calibration runs record what each rule trains, and the
-requests it writes reach the rule's resources."""
+"""The cost plan: calibration runs record what each rule trains, and the requests it writes
+reach the rule's resources."""
 
 from __future__ import annotations
 

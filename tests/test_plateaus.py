@@ -132,9 +132,9 @@ def test_assign_level_band_edges(level: float, expected: int | None) -> None:
 @pytest.mark.parametrize("base", [[1.62559, 1.61115, 1.43261], [1.0, 0.99, 0.5], BASE])
 @pytest.mark.parametrize("width", [0.0, 0.001, 0.0043, 0.02])
 def test_level_calls_equal_the_calls_on_a_dense_grid(base: list[float], width: float) -> None:
-    """Issue 19, item 4: the orders within +-width of a level, against `assign_level` read on
-    a grid of 2,001 points of [level - width, level + width]: none of these bands is
-    narrower than the grid's spacing, so the grid finds every order and no other."""
+    """The orders within +-width of a level, against `assign_level` read on a grid of 2,001
+    points of [level - width, level + width]: none of these bands is narrower than the
+    grid's spacing, so the grid finds every order and no other."""
     for level in np.linspace(base[-1] - 0.1, base[0] + 0.1, 53):
         calls = level_calls(level, base, width)
         grid = {assign_level(x, base) for x in np.linspace(level - width, level + width, 2001)}
@@ -143,10 +143,10 @@ def test_level_calls_equal_the_calls_on_a_dense_grid(base: list[float], width: f
 
 
 def test_a_level_call_within_the_standard_error_of_a_band_edge_is_not_firm() -> None:
-    """Issue 19, item 4, on paper C Fig. 3's ci levels: seed 1's plateau at 1.62115 is in
-    both the unigram and the bigram band and 0.0028 above the point (b_1 + b_2) / 2 =
-    1.61837 where the nearest baseline changes; it is called a unigram plateau by that
-    margin, against a test-set standard error of 0.0043. Seed 3's at 1.63408 is firm."""
+    """On paper C Fig. 3's ci levels: seed 1's plateau at 1.62115 is in both the unigram and
+    the bigram band and 0.0028 above the point (b_1 + b_2) / 2 = 1.61837 where the nearest
+    baseline changes; it is called a unigram plateau by that margin, against a test-set
+    standard error of 0.0043. Seed 3's at 1.63408 is firm."""
     base = [1.62559, 1.61115, 1.43261]
     assert assign_level(1.62115, base) == 1
     assert level_calls(1.62115, base, 0.0) == {1}
@@ -169,10 +169,10 @@ def test_assign_level_overlapping_bands_take_the_nearest_baseline() -> None:
 
 @pytest.mark.parametrize("length", [6000, 12000, 24000])
 def test_a_flat_tail_keeps_the_plateaus_found_with_a_reference_length(length: int) -> None:
-    """Issue 19, item 4: with thresholds relative to the run's own length, a flat tail that
-    makes the run 4x or 8x longer removes both early plateaus of the staircase; with the
-    length fixed (reference_steps) and the descent measured to a given floor, the tail
-    changes neither threshold, so the same plateaus are found however long the run is."""
+    """With thresholds relative to the run's own length, a flat tail that makes the run 4x
+    or 8x longer removes both early plateaus of the staircase; with the length fixed
+    (reference_steps) and the descent measured to a given floor, the tail changes neither
+    threshold, so the same plateaus are found however long the run is."""
     steps = np.arange(0, length + 1, 10, dtype=np.float64)
     t, loss = zip(*STAIRCASE, strict=True)
     noisy = np.interp(steps, t, loss) + np.random.default_rng(0).normal(0.0, 0.002, steps.shape)

@@ -1,5 +1,5 @@
-"""Issue 13, GPU readiness: an ensemble trained in chunks of members equals the unchunked
-run, and the precision setting reaches the Trainer."""
+"""An ensemble trained in chunks of members equals the unchunked run, and the precision
+setting reaches the Trainer."""
 
 from __future__ import annotations
 
@@ -126,9 +126,9 @@ def test_automatic_chunks_on_cuda_are_sized_from_one_members_batch(
     """The CUDA path of automatic chunking, on a CPU with the device calls replaced: one
     member's batch of the training's largest shape is drawn (from the member's own "memory"
     stream: no training stream moves, by construction of `member_seed`, which this test does
-    not check) and measured, and the chunk holds the members whose
-    measured bytes fit in `memory_fraction` of the free memory. (A stream missing from
-    `STREAMS` stopped every paper-scale training on an H100, 26 Nov 2026.)"""
+    not check) and measured, and the chunk holds the members whose measured bytes fit in
+    `memory_fraction` of the free memory. (A stream missing from `STREAMS` stops every
+    paper-scale training on a GPU.)"""
     import replicate.training as training
     from lightning_modules import GPTConfig, NextTokenCE
 

@@ -36,7 +36,7 @@ def test_recorded_inputs_match_params(tmp_path: Path) -> None:
 
 
 def test_other_settings_are_named_and_their_claims_missing(tmp_path: Path) -> None:
-    """As after `dvc checkout --force` of outputs built with other settings (issue 11)."""
+    """As after `dvc checkout --force` of outputs built with other settings."""
     params = load_params(REPO / "params.yaml")
     other = recorded_inputs(NAME, params)
     other["settings"]["training"]["steps"] += 1
@@ -62,7 +62,7 @@ def test_unreadable_provenance_is_a_mismatch(tmp_path: Path) -> None:
 
 
 def test_settings_are_validated_only_when_those_written_changed(tmp_path: Path) -> None:
-    """Issue 23 (the record step): equal settings as written stand for equal validated
+    """The record step's shortcut: equal settings as written stand for equal validated
     settings, so the recorded ones are taken without importing the experiment's module; when
     what is written differs, or a provenance.json from before it was recorded lacks it, the
     validated settings are compared."""

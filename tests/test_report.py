@@ -452,3 +452,30 @@ def test_a_section_is_labelled_by_the_item_its_experiment_names() -> None:
     assert [
         report.item_figure(i) for i in ("fig3", "table_h5", "thm42", "prop32", "appD", "maps")
     ] == ["Fig. 3", "Table H.5", "Thm. 4.2", "Prop. 3.2", "App. D", None]
+
+
+def test_the_readme_headline_is_rendered_from_the_verdict_summaries(tmp_path: Path) -> None:
+    """The README's table of what each paper's claims found is generated from the ci
+    verdict summaries (tracked by git) and equal to them; another text around it stays."""
+    from .conftest import REPO
+
+    summaries = ClaimsOutputs("ci").verdicts_dir
+    (tmp_path / summaries).mkdir(parents=True)
+    for i, paper in enumerate(report.PAPER_TITLES):
+        own = {"holds": 10 + i, "does_not_reproduce": i, "inconclusive": 1, "not_tested": 0}
+        io.write_json(
+            tmp_path / summaries / f"{paper}.json",
+            {"claims": 50, "unexpected": i, "papers_own": {**own, "missing": 0}},
+        )
+    table = report.headline("ci", tmp_path)
+    assert table.splitlines()[3] == ("| Paper B — Local to Global | 11 | 1 | 1 | 0 | 49 of 50 |")
+    text = f"intro\n{report.HEADLINE_START}\nold\n{report.HEADLINE_END}\nrest\n"
+    assert report.with_headline(text, table) == (
+        f"intro\n{report.HEADLINE_START}\n{table}\n{report.HEADLINE_END}\nrest\n"
+    )
+    with pytest.raises(ValueError, match="headline markers are missing"):
+        report.with_headline("no markers", table)
+    readme = (REPO / "README.md").read_text()
+    assert report.with_headline(readme, report.headline("ci", REPO)) == readme, (
+        "README.md's headline is stale: run `python -m replicate.report --readme README.md`"
+    )

@@ -1,4 +1,4 @@
-"""Resumable training (issue 12): SIGKILL mid-training, rerun, byte-identical outputs.
+"""Resumable training: SIGKILL mid-training, rerun, byte-identical outputs.
 
 Paper A's Fig. 3 at a small scale trains two ensembles (tied, untied) one after the other.
 The run is killed while the second one is part-way, with the first one finished: the rerun

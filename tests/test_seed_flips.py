@@ -1,5 +1,5 @@
-"""Issue 20, item 1: one seed that escapes the unigram (or one that gets stuck) must never
-make a claim's verdict ``missing``.
+"""One seed that escapes the unigram (or one that gets stuck) must never make a claim's
+verdict ``missing``.
 
 Every claim of the repository is evaluated on synthetic metrics at ci scale, three seeds,
 where every run of a seed has that seed's class (UNIGRAM -1 or BIGRAM 1) and per-seed
@@ -49,7 +49,7 @@ FIG5_STATES = 5
 
 
 def _value(run_class: RunClass, seed: int) -> float:
-    """A per-seed value: about 0.007 for a stuck run, 0.8 for an escaped one (issue 20's)."""
+    """A per-seed value: about 0.007 for a stuck run, 0.8 for an escaped one."""
     return (0.007 if run_class is RunClass.UNIGRAM else 0.8) + 0.001 * seed
 
 

@@ -1,5 +1,5 @@
-"""Issue 23, item 1: `python -m replicate stability` lists every claim whose verdict changes
-when the suite reruns under a numerically neutral perturbation.
+"""`python -m replicate stability` lists every claim whose verdict changes when the suite
+reruns under a numerically neutral perturbation.
 
 `compare` is tested on records with a flipped verdict (the check can fail); the whole
 command runs in a scratch git project of two experiments that train nothing (paper A's and
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replicate.checkout import RefusedRecording
 from replicate.claim_files import load_claims, read_stability, stability_file
 from replicate.config import load_params
-from replicate.expect import RefusedRecording
 from replicate.params import ConfigError
 from replicate.sources import paper_digest
 from replicate.stability import compare, stability

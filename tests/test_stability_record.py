@@ -107,8 +107,8 @@ def test_a_record_as_the_command_writes_it_backs_the_mark(project: Params) -> No
 
 
 def test_a_hand_added_bare_row_is_refused(project: Params) -> None:
-    """The audit's probe: the claim marked, and ``{"id": ...}`` added to the record under
-    another perturbation's entry of its paper."""
+    """A bare row added by hand: the claim marked, and ``{"id": ...}`` added to the record
+    under another perturbation's entry of its paper."""
     stability_record(project.claims_dir, {"two_layer": ["D-BIT-3-4bit"]}, perturbation="threads-2")
 
     def forge(data: dict) -> None:

@@ -1,4 +1,4 @@
-"""Snakemake and DVC name the same stale stages after every kind of edit (issue 11).
+"""Snakemake and DVC name the same stale stages after every kind of edit.
 
 A scratch project with four experiments (paper A's Fig. 3, its derived Table 2, paper A's
 Table 1, paper B's Fig. 5; tiny trainings) and their claims is built once by
@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replicate.checkout import current_experiments, pipeline_file
 from replicate.config import load_params
-from replicate.dvcfile import pipeline_file
-from replicate.record import current_experiments, current_stages, record
+from replicate.record import current_stages, record
 
 from .conftest import REPO, scratch_workflow
 
@@ -299,9 +299,9 @@ def test_a_comment_retrains_nothing_and_a_record_settles_dvc(restoring: Path) ->
 
 
 def test_the_record_step_sees_what_snakemake_sees_of_a_rewritten_module(restoring: Path) -> None:
-    """Issue 23: a module written again with its own content leaves every experiment current
-    for the record step too (the code digest in provenance.json), so a record missed before
-    is made by the next run; an edit leaves the paper's experiments stale."""
+    """A module written again with its own content leaves every experiment current for the
+    record step too (the code digest in provenance.json), so a record missed before is made
+    by the next run; an edit leaves the paper's experiments stale."""
     params = load_params(restoring / "params.yaml", scale="ci")
     assert set(current_experiments(params, restoring)) == set(KEPT)
     _rewrite_unchanged("replicate/experiments/attn_markov/common.py")(restoring)

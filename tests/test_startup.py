@@ -1,4 +1,4 @@
-"""Start-up (issue 13): heavy libraries are imported only by the code that uses them.
+"""Start-up: heavy libraries are imported only by the code that uses them.
 
 Each check runs in a fresh interpreter and reads `sys.modules`; how long start-up takes is
 measured by benchmarks/startup_and_scaling.py, never asserted here.

@@ -83,9 +83,9 @@ def test_initialisation_follows_the_authors_code() -> None:
 
 
 def test_estimator_distances_name_the_estimator_a_model_copies() -> None:
-    """Issue 19 item 5: the unigram law is the add-alpha frequency of all T tokens (by hand);
-    a model that returns an estimator's law is at distance 0 from it and nearest to it; the
-    KL and total variation of one sequence match their definitions."""
+    """The unigram law is the add-alpha frequency of all T tokens (by hand); a model that
+    returns an estimator's law is at distance 0 from it and nearest to it; the KL and total
+    variation of one sequence match their definitions."""
     chain = ChainSettings(states=3, order=3, alpha=0.5)
     tokens, _ = chain.source.sample(64, 16, torch.Generator().manual_seed(0))
     laws = estimator_laws(tokens, chain)

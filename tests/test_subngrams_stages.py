@@ -74,11 +74,11 @@ def test_second_plateau_is_the_first_below_the_ngram_level_not_the_longest() -> 
 
 
 def test_a_call_within_the_noise_gives_every_reading_and_bounds_the_claims() -> None:
-    """Issue 19, item 4: the curve's plateaus (1.50 and 1.29) lie 0.01 and more from every
-    band edge and midpoint of b = (1.58, 1.51, 1.26), so a noise of 0.005 leaves both calls
-    firm, while a noise of 0.1 reaches other bands. Readings: one per combination of the
-    possible orders; bounds: the least and greatest value of a per-seed measure over them;
-    call_se = 0 ignores the noise."""
+    """The curve's plateaus (1.50 and 1.29) lie 0.01 and more from every band edge and
+    midpoint of b = (1.58, 1.51, 1.26), so a noise of 0.005 leaves both calls firm, while a
+    noise of 0.1 reaches other bands. Readings: one per combination of the possible orders;
+    bounds: the least and greatest value of a per-seed measure over them; call_se = 0
+    ignores the noise."""
     steps, loss, _ = _curve()
     firm = stages(steps, loss, LEVELS, SETTINGS, 0.005)
     assert firm.calls == [frozenset({2}), frozenset({3})] and len(list(firm.readings())) == 1
@@ -96,9 +96,9 @@ def test_a_call_within_the_noise_gives_every_reading_and_bounds_the_claims() -> 
 
 
 def test_spike_factor_tells_a_gradient_spike_from_noise() -> None:
-    """F6b (issue 19 item 5): on a noisy gradient norm without a spike, g_med / g_max is
-    already well below 0.8, so it cannot tell a spike from noise; the spike factor is ~1
-    there and large where the norm peaks at the transition."""
+    """F6b: on a noisy gradient norm without a spike, g_med / g_max is already well below
+    0.8, so it cannot tell a spike from noise; the spike factor is ~1 there and large where
+    the norm peaks at the transition."""
     steps, loss, grad = _curve()
     stage = stages(steps, loss, LEVELS, SETTINGS, 0.0)
     noise = 0.02 * np.exp(np.random.default_rng(0).normal(0.0, 0.5, steps.shape))

@@ -1,4 +1,4 @@
-"""Paper D's trained model: the authors' code as a setting of D-arch (issue 19 item 10).
+"""Paper D's trained model: the authors' code as a setting of D-arch.
 
 The authors' model (spec D §2.3, "Facts from the released code", `src/models/base.py`) is
 written out here from the spec and compared with what `darch_config` builds when

@@ -84,9 +84,9 @@ def test_fake_quantise() -> None:
 
 
 def test_every_noise_level_trains_as_the_shared_model() -> None:
-    """Issue 19, item 7: Tables 3 and 4 train every eps level with the shared model's
-    training for the order (its steps scaled by the order's step_scale) and read its
-    members of the table's seeds at eps = 0; a seed the shared model lacks is named."""
+    """Tables 3 and 4 train every eps level with the shared model's training for the order
+    (its steps scaled by the order's step_scale) and read its members of the table's seeds
+    at eps = 0; a seed the shared model lacks is named."""
     params = load_params(scale="ci")
     up = MapsSettings.model_validate(params.experiment("two_layer_maps").settings["ci"])
     table = NoiseSettings.model_validate(params.experiment("two_layer_table3").settings["ci"])
@@ -103,9 +103,9 @@ def test_every_noise_level_trains_as_the_shared_model() -> None:
 
 
 def test_late_positions_split_the_excess_and_the_estimator_ratio() -> None:
-    """Table 2's excess over the late positions (issue 19, item 11): the excess over every
-    position is the position-weighted mean of the early and the late parts, read from one set
-    of per-position losses, and the evaluation set's Laplace loss is the estimator's."""
+    """Table 2's excess over the late positions: the excess over every position is the
+    position-weighted mean of the early and the late parts, read from one set of
+    per-position losses, and the evaluation set's Laplace loss is the estimator's."""
     assert (late_start(32, 0.25), late_start(64, 0.25), late_start(4, 0.1)) == (24, 48, 3)
     params = load_params(scale="ci")
     up = MapsSettings.model_validate(params.experiment("two_layer_maps").settings["ci"])

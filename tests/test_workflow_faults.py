@@ -1,5 +1,5 @@
-"""Issue 23, items 4-6, through real `snakemake` runs in a scratch project: a deleted output
-is remade by the claims targets; the advice a corrupt output's claims give works as written;
+"""Workflow faults, through real `snakemake` runs in a scratch project: a deleted output is
+remade by the claims targets; the advice a corrupt output's claims give works as written;
 params.yaml's duplicate keys and syntax errors are named with their lines, a bad --config
 value is blamed on --config; a full disk is one line naming the file.
 
@@ -81,7 +81,7 @@ def built(project: Path) -> Iterator[Path]:
         os.utime(path, ns=(mtime, mtime))
 
 
-# ----------------------------------------------------------------------------- item 4
+# ----------------------------------------------------------------------------- a deleted output
 @pytest.mark.parametrize("target", ["claims", "claims_report"])
 def test_the_claims_targets_remake_a_deleted_output(built: Path, target: str) -> None:
     """Snakemake remakes a deleted file only for a target that lists it: the claims targets
@@ -96,7 +96,7 @@ def test_the_claims_targets_remake_a_deleted_output(built: Path, target: str) ->
     assert deleted.read_bytes() == before
 
 
-# ----------------------------------------------------------------------------- item 5
+# ----------------------------------------------------------------------------- a corrupt output
 def _advice(root: Path, claim_experiment: str) -> str:
     """The command in the notes of ``claim_experiment``'s claims in claims.json (one)."""
     records = json.loads((root / "results/ci/claims.json").read_text())
@@ -137,7 +137,7 @@ def test_a_nan_metric_gives_the_advice(tmp_path: Path) -> None:
     assert record.note.endswith(f"is NaN, not a finite number; {claims.rerun_advice(KEPT[0])}")
 
 
-# ----------------------------------------------------------------------------- item 6
+# ------------------------------------------------------------------ bad settings, a full disk
 def test_a_key_given_twice_stops_snakemake_naming_both_lines(built: Path) -> None:
     path = built / "params.yaml"
     lines = path.read_text().splitlines()

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replicate.checkout import PIPELINE_FILES, pipeline_file
 from replicate.config import load_params
-from replicate.dvcfile import PIPELINE_FILES, pipeline_file, render_all
+from replicate.dvcfile import render_all
 from replicate.params import SCALES
 from replicate.verdicts import ClaimsOutputs
 

@@ -97,10 +97,10 @@ def detect_plateaus(
 
     With t_ref = t_max the thresholds scale with the run: a flat tail added to a curve
     lowers the flatness threshold and lengthens the minimum plateau, and can remove every
-    early plateau (issue 19, item 4). A fixed ``reference_steps`` (the paper's run length)
-    gives thresholds in steps and nats per step that do not depend on where the run stops,
-    once Delta does not either: ``floor`` = the level the run descends to (paper C: the
-    n-gram loss b_n), not the lowest point this run reached.
+    early plateau. A fixed ``reference_steps`` (the paper's run length) gives thresholds in
+    steps and nats per step that do not depend on where the run stops, once Delta does not
+    either: ``floor`` = the level the run descends to (paper C: the n-gram loss b_n), not
+    the lowest point this run reached.
 
     ``local_scale``: also judge each point as steps 2-4 would judge the run stopped there,
     on the scale of the steps elapsed. One scale t_ref for the whole run misses the early
@@ -217,9 +217,9 @@ def level_calls(
 
     One element: the call is firm. More: the level lies within ``width`` (the test set's
     standard error, say) of a band edge or of the point where the nearest b_k changes, so
-    the call is decided by noise (issue 19, item 4). The assignment is constant between the
-    band edges and the midpoints (b_i + b_j) / 2, so it is read at the interval's ends and
-    on both sides of every such point inside it.
+    the call is decided by noise. The assignment is constant between the band edges and the
+    midpoints (b_i + b_j) / 2, so it is read at the interval's ends and on both sides of
+    every such point inside it.
     """
     if width < 0:
         raise ValueError(f"width must be >= 0, got {width}")

@@ -1,10 +1,10 @@
 """Experiment registry: one entry per `<paper>_<item>` rule, holding its settings schema.
 
-The registry is lazy (issue 13): a paper package names the module, settings schema and
-function of each of its experiments without importing them, so looking an experiment up,
-or checking that params.yaml names only implemented ones, imports no experiment code; the
-module is imported when its schema or function is first used, and running one experiment
-imports its own module only (not its paper's others, nor their heavy dependencies).
+The registry is lazy: a paper package names the module, settings schema and function of each
+of its experiments without importing them, so looking an experiment up, or checking that
+params.yaml names only implemented ones, imports no experiment code; the module is imported
+when its schema or function is first used, and running one experiment imports its own module
+only (not its paper's others, nor their heavy dependencies).
 """
 
 from __future__ import annotations

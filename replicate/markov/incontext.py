@@ -202,7 +202,7 @@ def _scan(
 
     The loop runs on NumPy arrays: the same float64 arithmetic and comparisons as torch's
     (so the same paths), at a fraction of torch's per-operation cost on these small rows
-    (issue 21: `benchmarks/step_profile.py`).
+    (measured by `benchmarks/step_profile.py`).
     """
     batch, length = u.shape
     order, states = first.shape[1], kernels.shape[-1]
@@ -380,9 +380,10 @@ class InContextSource:
         """One `draw` per generator, exactly as separate calls would make them.
 
         The per-position scan of the clean paths runs once over the rows of several draws
-        (issue 21), as many as keep their kernel tables within `JOINT_SCAN_BYTES`: it is
-        row-wise, so each row takes the same arithmetic and comparisons, and each generator
-        is consumed in the order of a single draw (kernels, path uniforms, then the noise).
+        (fewer, larger operations), as many as keep their kernel tables within
+        `JOINT_SCAN_BYTES`: it is row-wise, so each row takes the same arithmetic and
+        comparisons, and each generator is consumed in the order of a single draw (kernels,
+        path uniforms, then the noise).
         """
         if batch % self.per_kernel:
             raise ChainParameterError(

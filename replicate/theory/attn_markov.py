@@ -1,8 +1,8 @@
 """Exact, training-free checks of paper A's Theorems 1-3 ("Attention with Markov").
 
 Paper A is Makkuva et al., "Attention with Markov: A Curious Case of Single-layer
-Transformers" (workshop version, /work/shared/papers/A-attention-with-markov.workshop.md);
-the plan is spec A (/work/shared/specs/A-attention-with-markov.md), sections 1.1, 3, 5 and 7.
+Transformers" (workshop version, `shared/papers/A-attention-with-markov.workshop.md`);
+the plan is spec A (`shared/specs/A-attention-with-markov.md`), sections 1.1, 3, 5 and 7.
 
 Everything here is float64 and exact: the population loss of Eq. (1) is computed by
 enumerating all S^N input sequences with their probability under (pi, P), x_1 ~ pi

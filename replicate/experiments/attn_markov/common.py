@@ -122,7 +122,7 @@ def train_and_fit(
     Each member's dict holds the `FittedRun` fields with ``steps`` and ``transition_means``
     (keyword arguments of `BinaryRun` and `StateRun`).
     """
-    from lightning_modules import OptimConfig  # imports Lightning: only where trained (issue 13)
+    from lightning_modules import OptimConfig  # imports Lightning: only where trained
 
     tying = "tied" if tied else "untied"
     trained = train_ensemble(
@@ -165,7 +165,7 @@ def train_binary_runs(
     detail: str = "",
 ) -> tuple[list[BinaryRun], TrainedEnsemble]:
     """Train every (chain, seed) pair for one tying choice as a single ensemble."""
-    from lightning_modules import ChainMember  # imports Lightning: only where trained (issue 13)
+    from lightning_modules import ChainMember  # imports Lightning: only where trained
 
     pairs = [(c, s) for c in chains for s in seeds]
     members = [ChainMember(binary_kernel(c.p, c.q), initial_law(c, law), s) for c, s in pairs]
@@ -263,7 +263,7 @@ def train_symmetric_runs(
 
     x_1 is uniform, which is the stationary law of the symmetric kernel (spec A, Sec. 2).
     """
-    from lightning_modules import ChainMember  # imports Lightning: only where trained (issue 13)
+    from lightning_modules import ChainMember  # imports Lightning: only where trained
 
     pairs = [(p, s) for p in ps for s in seeds]
     uniform = np.full(states, 1.0 / states)

@@ -334,7 +334,7 @@ def _depth_label(metrics: Metrics, variant: str, depth: int, seeds: list[int]) -
 
 
 def _plot_fig1(s: Fig1Settings, curves: pd.DataFrame, metrics: Metrics, ctx: RunContext) -> None:
-    import seaborn as sns  # only where drawn (issue 13: start-up)
+    import seaborn as sns  # only where drawn (start-up time)
 
     fig, axes = plotting.figure(1, len(s.variants), width=6.0, height=4.2)
     refs = chain_references(s.chain)

@@ -179,7 +179,7 @@ def _plot_fig5(s: Fig5Settings, curves: pd.DataFrame, stay: pd.DataFrame, ctx: R
 
 def _plot_stay(ax: Axes, s: Fig5Settings, stay: pd.DataFrame) -> None:
     """Mean predicted P(stay) per run vs p, with the bigram (1-p) and unigram (1/S) targets."""
-    import seaborn as sns  # only where drawn (issue 13: start-up)
+    import seaborn as sns  # only where drawn (start-up time)
 
     grid = np.linspace(0.0, 1.0, 101)
     ax.plot(grid, 1.0 - grid, **plotting.REFERENCE_STYLES["bigram"], label="1 − p (bigram)")

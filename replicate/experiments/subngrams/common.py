@@ -173,7 +173,7 @@ def level_noise(table: pd.DataFrame) -> float:
     """The standard error of a loss on this test set: the largest Monte-Carlo standard error
     of the k-gram losses b_1..b_n of `history_losses` (spec C §4.6 puts it at about 0.005
     nats at 2^12 sequences). A model's loss on the same sequences has a spread like theirs;
-    a plateau level closer than this to a band edge is called by noise (issue 19, item 4)."""
+    a plateau level closer than this to a band edge is called by noise."""
     return float(table[table.k > 0]["sem"].max())
 
 

@@ -84,7 +84,7 @@ class Fig4Settings(Strict):
     stage: StageSettings
     # the paper's highlighted step on the bigram plateau, per embedding (spec C §4.5 [F]:
     # the notebook's markers t = 30, 300, 800 one-hot and 50, 200, 800 learned): F4b reads
-    # the heads there when the detector finds no bigram plateau (issue 19, item 4)
+    # the heads there when the detector finds no bigram plateau
     marked_steps: dict[Embedding, PositiveInt]
 
     @model_validator(mode="after")
@@ -151,7 +151,7 @@ def seed_values(
 
     F4b reads the heads at the middle of the bigram plateau (spec C §4.5) or, when the
     detector finds none, at the paper's highlighted step on it (``marked_step``): the heads'
-    claim is then tested on its own, the plateau's is F4a's (issue 19, item 4)."""
+    claim is then tested on its own, the plateau's is F4a's."""
     bigram = order_plateau(stage, 2)
     read = midpoint_index(steps, bigram) if bigram else index_at(steps, marked_step)
     on_read = heads_on(masses[read], s)

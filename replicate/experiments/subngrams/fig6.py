@@ -79,7 +79,7 @@ another: F6b-F6d (spec C §4.6) reduce them over the seeds that made one
 def gradient_metrics(
     steps: np.ndarray, stage: Stages, minibatch: np.ndarray, population: np.ndarray
 ) -> Metrics:
-    """F6b-F6d (spec C §4.6; F6b's spike factor, issue 19) of one member (NaN / inf without
+    """F6b-F6d (spec C §4.6; for F6b also `spike_factor`) of one member (NaN / inf without
     a transition)."""
     ratio, peak = gradient_ratio(steps, minibatch, stage, smooth=True)
     pop_ratio, _ = gradient_ratio(steps, population, stage, smooth=False)

@@ -33,15 +33,15 @@ class StageSettings(Strict):
     C's own early plateaus: Fig. 1's unigram, Fig. 4's bigram); a head is on offset delta
     when m_h(delta) >= threshold and >= dominance x every other offset.
 
-    t_ref = ``reference_steps``, the paper's run length for this figure at both scales, so
-    a plateau is the same number of steps and the same slope whether the run stops at the
-    paper's step or earlier (issue 19, item 4); L_0 the run's smoothed first loss, b_n the
-    n-gram loss on the test set.
+    t_ref = ``reference_steps``, the paper's run length for this figure at both scales, so a
+    plateau is the same number of steps and the same slope whether the run stops at the
+    paper's step or earlier; L_0 the run's smoothed first loss, b_n the n-gram loss on the
+    test set.
 
     A plateau's k-gram order is called firmly only when every level within ``call_se``
     standard errors of the test loss gets the same order (`level_calls`); otherwise each
     order it could get is a reading of the run (`Stages.readings`), and a claim whose
-    verdict differs between readings is inconclusive (issue 19, item 4)."""
+    verdict differs between readings is inconclusive."""
 
     rho: float
     threshold: float
@@ -103,8 +103,8 @@ class Stages:
         run that ends before its escape ends on it). The initial stage, where both heads
         attend uniformly, is too short to be a plateau, so this is the plateau the escape
         (the head switch) ends. The spec reads it as the longest such plateau (spec C §4.3
-        F3b, §4.4 F5b), which is the plateau *after* the escape when a seed escapes early
-        (issue 19, item 2); the paper's order of events wins."""
+        F3b, §4.4 F5b), which is the plateau *after* the escape when a seed escapes early;
+        the paper's order of events wins."""
         return next(
             (p for p, o in zip(self.plateaus, self.orders, strict=True) if o != order), None
         )
@@ -147,8 +147,8 @@ def with_call_bounds(
 ) -> dict[str, float]:
     """``measure(stage)``, and for each of ``keys`` the least and the greatest value over
     the run's readings (`Stages.readings`) as ``<key>.lo`` and ``<key>.hi``: the range a
-    claim on that value has while some level call is decided by noise (issue 19, item 4;
-    a claim reads them through ``per_seed.call_bounds``)."""
+    claim on that value has while some level call is decided by noise (a claim reads them
+    through ``per_seed.call_bounds``)."""
     values = dict(measure(stage))
     alternatives = [measure(reading) for reading in stage.readings()]
     for key in keys:
@@ -197,10 +197,10 @@ def gradient_ratio(
 def spike_factor(steps: np.ndarray, norms: np.ndarray, stage: Stages) -> float:
     """Min over transitions of g_max(transition) / g_max(plateau): how far the smoothed
     minibatch norm around a transition rises above its own largest excursion on the plateau
-    before it (F6b, issue 19 item 5). The transition window is `gradient_ratio`'s; the
-    plateau window has the same length, centred on the plateau and clipped to it, so noise
-    alone gives about 1 (g_med / g_max does not: 0.55 on a run without a transition). NaN
-    when no plateau is followed by a transition.
+    before it (F6b). The transition window is `gradient_ratio`'s; the plateau window has the
+    same length, centred on the plateau and clipped to it, so noise alone gives about 1
+    (g_med / g_max does not: 0.55 on a run without a transition). NaN when no plateau is
+    followed by a transition.
     """
     curve = running_median(norms)
     margin = 0.02 * stage.t_ref

@@ -161,7 +161,7 @@ def train_orders(s: MapsSettings, ctx: RunContext) -> dict[int, OrderTraining]:
     """Every order's ensemble of seeds and its step count. Orders trained for the same number
     of steps train as one ensemble: members are independent, so each order's models are
     those of its own training (`tests/test_ensemble_equivalence.py`; bitwise on the CPUs
-    measured), and one ensemble costs less per step than one per order (issue 21)."""
+    measured), and one ensemble costs less per step than one per order."""
     cfg = darch_config(s.arch, s.states, s.training.seq_len, layers=2)
     by_steps: dict[int, list[int]] = {}
     for run in s.orders:

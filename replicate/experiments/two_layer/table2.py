@@ -3,14 +3,14 @@
 The two-layer side is the shared model of `two_layer_maps` (no retraining); the one-layer
 baseline (layer 1 + MLP + readout, same width and optimiser) is trained here on the same
 source with the same seeds and the same training (steps, batch, length) as the shared model
-of the order: equal budgets (issue 19, item 11: at 1,500 steps against 3,000 the one-layer
-loss was still falling). Excess CE over L_true on the paired evaluation set (spec D
-§5.6), the Bayes floor (Laplace-2), and the one-layer attention maps (spec D §5.5).
+of the order: equal budgets (at 1,500 steps against 3,000 the one-layer loss was still
+falling). Excess CE over L_true on the paired evaluation set (spec D §5.6), the Bayes floor
+(Laplace-2), and the one-layer attention maps (spec D §5.5).
 
-The one- over two-layer excess ratio depends on where it is read (issue 19, item 11): it is
-also given over the last ``late_fraction`` of the positions, and, without training, for the
-two estimators the models approach, Laplace-1 (the in-context first-order level a one-layer
-model reaches) over Laplace-k (Bayes), at every T of ``estimator_seq_lens``.
+The one- over two-layer excess ratio depends on where it is read: it is also given over the
+last ``late_fraction`` of the positions, and, without training, for the two estimators the
+models approach, Laplace-1 (the in-context first-order level a one-layer model reaches) over
+Laplace-k (Bayes), at every T of ``estimator_seq_lens``.
 
 Every difference, z score and attention check the claims read as a mean, minimum or
 maximum over seeds is also given per seed; the excess ratios (ratios of means) are not.

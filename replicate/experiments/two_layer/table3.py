@@ -2,12 +2,12 @@
 
 Models are trained *and* evaluated on noisy sequences of the second-order source (spec D
 §1.4), eps in ``levels``; the eps = 0 point is the shared model of `two_layer_maps` (no
-retraining). Every level trains as the shared model of its order does (steps, batch,
-length, optimiser) with a subset of its seeds, and the eps = 0 row reads the shared members
-of those seeds, so all rows have one budget and one set of seeds (issue 19, item 7: at 1,000
-noisy steps against 3,000 clean ones no noisy level formed an induction head). Members of an
-ensemble are independent (`tests/test_ensemble_equivalence.py`), so the shared members are
-the models the table's own ensemble would train at eps = 0.
+retraining). Every level trains as the shared model of its order does (steps, batch, length,
+optimiser) with a subset of its seeds, and the eps = 0 row reads the shared members of those
+seeds, so all rows have one budget and one set of seeds (at 1,000 noisy steps against 3,000
+clean ones no noisy level formed an induction head). Members of an ensemble are independent
+(`tests/test_ensemble_equivalence.py`), so the shared members are the models the table's own
+ensemble would train at eps = 0.
 
 Table 4 (`two_layer_table4`, transition perturbation) is derived from this experiment: it
 reads `table3.json` (this table's rows and per-seed values at full precision, for the
@@ -145,8 +145,7 @@ def table_metrics(frame: pd.DataFrame, table: str) -> Metrics:
     """Per eps the gap and MM, and the step statistics of D-T3-1/3 and D-T4-1/3.
 
     The MM comparisons across eps use MM - chance: chance (the mass a uniform layer 2 puts on
-    the pseudo map's matches) falls as eps grows, so raw MM can fall with chance alone
-    (issue 19 item 8)."""
+    the pseudo map's matches) falls as eps grows, so raw MM can fall with chance alone."""
     f = frame.sort_values("eps")
     gap, mm = f.gap.to_numpy(), f.mm.to_numpy()
     above = mm - f.mm_chance.to_numpy()

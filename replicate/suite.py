@@ -1,0 +1,85 @@
+"""Run the whole suite in a fresh clone of the project under a perturbation: what the
+stability check (`replicate.stability`, numerically neutral changes) and the negative
+control (`replicate.controls`, learning switched off) both do, each with its own
+perturbations."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replicate import verdicts
+from replicate.verdicts import ClaimRecord
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One numerically neutral change: environment variables set for every job, and
+    optionally the torch thread count (``runtime.threads`` in the clone's params.yaml)."""
+
+    what: str
+    env: dict[str, str] = field(default_factory=dict)
+    threads: int | None = None
+
+
+def _set_threads(params_file: Path, threads: int) -> None:
+    """Set ``runtime.threads`` in a clone's params.yaml, keeping the rest of the file."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    data = yaml.load(params_file)
+    data["runtime"]["threads"] = threads
+    with params_file.open("w") as handle:
+        yaml.dump(data, handle)
+
+
+def clone_project(root: Path, commit: str, clone: Path) -> Path:
+    """A fresh clone of the project ``root`` at ``commit``, in ``clone``."""
+    if clone.exists():
+        shutil.rmtree(clone)
+    subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "--quiet", commit], cwd=clone, check=True)
+    return clone
+
+
+def run_in_clone(
+    clone: Path, name: str, perturbation: Perturbation, commands: list[list[str]], log: Path
+) -> None:
+    """Run ``commands`` in ``clone`` under ``perturbation`` (named ``name``), one after the
+    other, their output in ``log``; RuntimeError at the first that fails."""
+    if perturbation.threads is not None:
+        _set_threads(clone / "params.yaml", perturbation.threads)
+    env = {**os.environ, **perturbation.env}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        for command in commands:
+            done = subprocess.run(
+                command, cwd=clone, env=env, stdout=handle, stderr=subprocess.STDOUT
+            )
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"the suite under {name} failed (exit {done.returncode}); see {log}"
+                )
+
+
+def run_suite(
+    root: Path,
+    commit: str,
+    name: str,
+    perturbation: Perturbation,
+    workdir: Path,
+    cores: str,
+    log: Path,
+    scale: str,
+) -> list[ClaimRecord]:
+    """Clone ``root`` at ``commit`` into ``workdir/name``, run every experiment and the
+    claims there at ``scale`` under ``perturbation`` (Snakemake's ``claims_evaluation``),
+    and return the clone's claim records (`replicate.controls` runs its control so)."""
+    clone = clone_project(root, commit, workdir / name)
+    command = [sys.executable, "-m", "snakemake", "--cores", cores, "claims_evaluation"]
+    run_in_clone(clone, name, perturbation, [[*command, "--config", f"scale={scale}"]], log)
+    return verdicts.load_records(scale, clone)
