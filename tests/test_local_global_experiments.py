@@ -1,7 +1,7 @@
 """Paper B experiments: gradient-flow metrics on known answers, the full-model embedding and
 initialisations, the low-rank measures, Fig. 4's analysis, and a tiny run of every rule.
 
-Reference numbers are from `shared/specs/B-local-to-global.md` ("spec B").
+Reference numbers are paper B's (docs/papers.md), as our replication plan for it distils them.
 """
 
 from __future__ import annotations

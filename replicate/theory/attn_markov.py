@@ -1,8 +1,8 @@
 """Exact, training-free checks of paper A's Theorems 1-3 ("Attention with Markov").
 
 Paper A is Makkuva et al., "Attention with Markov: A Curious Case of Single-layer
-Transformers" (workshop version, `shared/papers/A-attention-with-markov.workshop.md`);
-the plan is spec A (`shared/specs/A-attention-with-markov.md`), sections 1.1, 3, 5 and 7.
+Transformers" (the workshop version; docs/papers.md); the checks follow its Sec. 3
+(Thms. 1-3), Eq. (1) and App. B.
 
 Everything here is float64 and exact: the population loss of Eq. (1) is computed by
 enumerating all S^N input sequences with their probability under (pi, P), x_1 ~ pi

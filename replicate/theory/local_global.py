@@ -1,9 +1,9 @@
 """Closed forms of the canonical low-rank model of paper B.
 
 Paper B is "Local to Global: Learning Dynamics and Effect of Initialization for
-Transformers" (Makkuva, Bondaschi, Ekbote, Girish, Nagle, Kim, Gastpar, 2024). The
-replication spec is `shared/specs/B-local-to-global.md` ("spec B"); section numbers such as
-"spec B §2.3" refer to it.
+Transformers" (Makkuva, Bondaschi, Ekbote, Girish, Nagle, Kim, Gastpar, 2024; docs/papers.md).
+A "spec B §n" below names our replication plan's section for that result; the paper's own
+section or equation is given beside it.
 
 The model is a single-layer transformer on a binary first-order Markov chain with kernel
 P(p, q), restricted to a rank-one manifold. There the loss depends only on

@@ -1,6 +1,6 @@
 """Tests of `replicate.theory.local_global` (paper B) against brute force and spec B's numbers.
 
-Reference values are from `shared/specs/B-local-to-global.md` ("spec B"), §1, §2.8 and §4.
+Reference values are paper B's (docs/papers.md), as our replication plan distils them.
 The printed, mistyped versions of the paper's formulas appear here only to show that they
 fail where the corrected versions pass.
 """

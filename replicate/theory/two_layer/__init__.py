@@ -1,7 +1,7 @@
 """Closed forms and constructions of paper D ("What one cannot, two can", Ekbote et al. 2025).
 
-The replication spec is `shared/specs/D-two-layer-induction.md` ("spec D"); section numbers
-such as "spec D §3.3" refer to it. One module per job:
+A "spec D §n" below names our replication plan's section for a result; the paper's own section
+or equation is given beside it (docs/papers.md). One module per job:
 
 * `gd` — the reduced two-layer model of Sec. 5 / App. C and its two-stage gradient descent
   (spec D §4);
