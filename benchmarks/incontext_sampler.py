@@ -4,9 +4,11 @@
    Python step per sequence and position), on the same kernels and uniforms, so both return
    the same paths (checked and printed).
 2. One training batch of an ensemble (`sample_members`: kernels, paths and next-token laws
-   of every member) at the shapes of paper C's Figs. 1 and 3 and paper D's maps, in this
-   tree and in a scratch worktree of ``--baseline`` (an older commit to compare with), each
-   in its own process; the batches' digests show they are the same bytes.
+   of every member) at the shapes of paper C's Figs. 1 and 3 and paper D's maps, and the
+   Dirichlet kernels of one batch of paper C's Figs. 1, 3 and 4 alone (`draw_kernels`), in
+   this tree and in a scratch worktree of ``--baseline`` (an older commit to compare with),
+   each in its own process; the digests say whether both drew the same bytes (they differ
+   where the sampler draws the same law from a different stream).
 
 Times are the fastest of several runs.
 
@@ -62,8 +64,23 @@ for name, (sources, batch, length) in json.loads(sys.argv[2]).items():
         draw()
         best = min(best, time.perf_counter() - start)
     out[name] = [best, digest.hexdigest()[:12]]
+from replicate.markov import draw_kernels
+for name, (states, order, alpha, count) in json.loads(sys.argv[3]).items():
+    draw = lambda: draw_kernels(states, order, alpha, count, torch.Generator().manual_seed(0))
+    digest = hashlib.sha256(draw().numpy().tobytes())
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        draw()
+        best = min(best, time.perf_counter() - start)
+    out[name] = [best, digest.hexdigest()[:12]]
 print(json.dumps(out))
 """
+KERNEL_DRAWS = {  # name: (states, order, alpha, kernels): one training batch's kernels
+    "kernels of paper C Fig. 1 (128 x 3^4 rows, alpha 1/2)": (3, 4, 0.5, 128),
+    "kernels of paper C Fig. 3 (128 x 5^3 rows, alpha 1/2)": (5, 3, 0.5, 128),
+    "kernels of paper C Fig. 4 (128 x 3^3 rows, alpha 1)": (3, 3, 1.0, 128),
+}
 
 
 def _time(fn: Callable[[], object], repeats: int) -> float:
@@ -99,7 +116,8 @@ def bench(batch: int, length: int, states: int, order: int) -> None:
 def ensemble_batches(tree: Path, threads: int) -> dict[str, list]:
     """{name: [fastest seconds, digest]} of `ENSEMBLE_BATCHES` drawn by ``tree``'s code."""
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(threads), json.dumps(ENSEMBLE_BATCHES)],
+        [sys.executable, "-c", CHILD, str(threads), json.dumps(ENSEMBLE_BATCHES),
+         json.dumps(KERNEL_DRAWS)],
         cwd=tree, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
@@ -123,7 +141,9 @@ def main() -> None:
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
                            check=True)  # fmt: skip
-    print(f"\none training batch of an ensemble, {args.baseline} vs this tree:")
+    print(
+        f"\none training batch of an ensemble, and its kernels alone, {args.baseline} vs this tree:"
+    )
     for name, (old, old_digest) in before.items():
         new, new_digest = after[name]
         print(

@@ -316,6 +316,32 @@ class GPTConfig:
         return self.init_std
 
 
+def by_position(per_distance: torch.Tensor) -> torch.Tensor:
+    """(..., N, N) indexed [n, m] by distance m = n - i -> indexed [n, i] by key position:
+    out[n, i] = per_distance[n, n - i] for i <= n; entries above the diagonal are other
+    entries' values, for the causal mask to overwrite.
+
+    The relative-logit "skewing" of Huang et al., Music Transformer (ICLR 2019), Sec. 3.4.1:
+    with the distance axis reversed, a row n holds its keys' values shifted by N - 1 - n, and
+    one zero column padded on the left turns that shift into a reshape. Copies and views
+    only, forward and backward (a gather would scatter-add its gradient).
+    """
+    *batch, n, _ = per_distance.shape
+    padded = F.pad(per_distance.flip(-1), (1, 0))
+    return padded.reshape(*batch, n + 1, n)[..., 1:, :]
+
+
+def by_distance(attention: torch.Tensor) -> torch.Tensor:
+    """(..., N, N) causal weights indexed [n, i] by key position -> indexed [n, m] by distance
+    m = n - i, zero where m > n: the inverse of `by_position` (same reference). Row n of the
+    reversed key axis, padded with N zeros on the right, starts its distances at column
+    N - 1 - n; reading the padded rows with a row stride of 2N - 1 aligns every row's m = 0
+    at column N - 1."""
+    *batch, n, _ = attention.shape
+    padded = F.pad(attention.flip(-1), (0, n)).flatten(-2)[..., : n * (2 * n - 1)]
+    return padded.reshape(*batch, n, 2 * n - 1)[..., n - 1 :]
+
+
 class CausalSelfAttention(nn.Module):
     """Causal multi-head attention, softmax(<q, k> / sqrt(head_dim)) (spec A, Sec. 1.1).
 
@@ -424,21 +450,19 @@ class CausalSelfAttention(nn.Module):
         e, b, n = ebn
         h = self.n_head
         scores = q @ k.transpose(-1, -2)
-        dist = torch.arange(n, device=q.device)[:, None] - torch.arange(n, device=q.device)
-        causal = dist >= 0
-        by_distance = dist.clamp(min=0).expand(e * b, h, n, n)
         if self.rel_pe is not None:
             rel_k = self._relative(1, n)
             per_distance = torch.einsum("ebhnk,ehmk->ebhnm", q.reshape(e, b, h, n, -1), rel_k)
-            scores = scores + per_distance.reshape(e * b, h, n, n).gather(-1, by_distance)
+            scores = scores + by_position(per_distance.reshape(e * b, h, n, n))
         scores = scores / math.sqrt(self.head_dim) if self.scale is None else scores * self.scale
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
         att = scores.softmax(-1)
         y = att @ v
         if self.rel_values:
             rel_v = self._relative(2, n)
-            att_by_distance = att.gather(-1, by_distance).masked_fill(~causal, 0.0)
-            y_rel = torch.einsum("ebhnm,ehmk->ebhnk", att_by_distance.reshape(e, b, h, n, n), rel_v)
+            att_by_distance = by_distance(att).reshape(e, b, h, n, n)
+            y_rel = torch.einsum("ebhnm,ehmk->ebhnk", att_by_distance, rel_v)
             y = y + y_rel.reshape(e * b, h, n, -1)
         if trace is not None:
             trace["scores"] = scores.view(e, b, h, n, n)

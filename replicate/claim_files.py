@@ -287,6 +287,9 @@ class ClaimSet:
     stale_marks: dict[str, str] = field(default_factory=dict)
     """Per ``cpu_dependent`` claim whose stability record was measured on other code, why
     (`_check_cpu_dependence`): the claims check fails on it."""
+    code: dict[str, str] = field(default_factory=dict)
+    """This checkout's `replicate.sources.paper_digest` of each paper, taken once as the claims
+    load: the code a recorded control or stability check must have run to count."""
 
     def recording(self, claim: Claim, scale: str) -> Recording | None:
         """The recording the expectation at ``scale`` rests on; None where there is none or
@@ -517,11 +520,12 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     path = stability_file(folder)
     if path.exists():
         files.append(path)
-    stale_marks = _check_cpu_dependence(claims, where, path, params)
+    code = {paper: paper_digest(paper) for paper in PAPERS}
+    stale_marks = _check_cpu_dependence(claims, where, path, params, code)
     path = folder / CONTROLS_FILE
     if path.exists():
         files.append(path)
-    return ClaimSet(claims, recorded, files, read_controls(path), stale_marks)
+    return ClaimSet(claims, recorded, files, read_controls(path), stale_marks, code)
 
 
 class ChangedVerdict(Strict):
@@ -654,7 +658,11 @@ def _not_in_history(commit: str, folder: Path) -> bool:
 
 
 def _check_cpu_dependence(
-    claims: list[Claim], where: Mapping[str, Path], path: Path, params: Params
+    claims: list[Claim],
+    where: Mapping[str, Path],
+    path: Path,
+    params: Params,
+    code: Mapping[str, str],
 ) -> dict[str, str]:
     """A claim is ``cpu_dependent`` at a scale only where the stability record at ``path``
     backs it: the record reads as `python -m replicate stability` wrote it
@@ -662,8 +670,8 @@ def _check_cpu_dependence(
     a perturbation changed, each such entry naming a commit of this history (else a
     ConfigError). The declaration rests on a measurement, and goes when a rerun of the check
     no longer lists the claim. Returns, per claim whose entries were measured on other code of
-    its paper than this checkout's, why: the mark is then stale, which fails the claims check
-    (`ClaimSet.stale_marks`) but lets the experiments run."""
+    its paper than this checkout's (``code``, `ClaimSet.code`), why: the mark is then stale,
+    which fails the claims check (`ClaimSet.stale_marks`) but lets the experiments run."""
     stale: dict[str, str] = {}
     declared = [c for c in claims if c.cpu_dependent]
     if not declared:
@@ -684,7 +692,6 @@ def _check_cpu_dependence(
         return stale
     except ConfigError as exc:
         problem = f"{exc}; rerun"
-    digests: dict[str, str] = {}
     for claim in declared:
         paper = params.experiment(claim.experiment).paper
         rerun = f"python -m replicate stability --papers {paper}"
@@ -713,9 +720,7 @@ def _check_cpu_dependence(
                         f"{label}: {path}: {key}.commit = {check.commit!r} is not a commit of "
                         f"this repository's history; run `{rerun}` here"
                     )
-                if paper not in digests:
-                    digests[paper] = paper_digest(paper)
-                if check.code_sha256 != digests[paper]:
+                if check.code_sha256 != code[paper]:
                     stale[claim.id] = (
                         f"its cpu_dependent mark rests on {path}: {key}.code_sha256, a stability "
                         f"record made for other code of {claim.experiment} (paper {paper}, "

@@ -676,7 +676,7 @@ def _claim_record(
     recordings and its negative control."""
     scale = params.scale
     expected = _expectation_fields(claim, claimset, scale)
-    control, control_measured = control_status(claim, claimset.controls, params)
+    control, control_measured = control_status(claim, claimset.controls, params, claimset.code)
     evidence = measurement.evidence
     note = (
         _cited_text(claim.note, claimset.recording(claim, scale)) or "",

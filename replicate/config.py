@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import sys
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ from replicate.params import (
     SettingsValidator,
     format_errors,
 )
+from replicate.user_cache import cache_dir, read_entry, write_entry
 
 DEFAULT_PARAMS = Path("params.yaml")
 CODE_ROOTS = (
@@ -37,13 +37,14 @@ CODE_ROOTS = (
     Path(__file__).resolve().parents[1] / "lightning_modules",
 )
 """The packages whose code defines and checks the settings (the experiments' schemas)."""
+VALIDATED = "validated"
+"""The user cache's entries that mark a params content as validated in full."""
 
 
 def validated_dir() -> Path:
-    """Where `load_params` leaves a mark for each params content it validated in full:
-    ``$XDG_CACHE_HOME/markov-replicate/validated`` (default ``~/.cache``)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "markov-replicate" / "validated"
+    """Where `load_params` leaves a mark for each params content it validated in full (the
+    user's cache, `replicate.user_cache`)."""
+    return cache_dir(VALIDATED)
 
 
 def validation_key(data: Mapping[str, Any]) -> str:
@@ -57,16 +58,6 @@ def validation_key(data: Mapping[str, Any]) -> str:
             digest.update(path.read_bytes())
     digest.update(f"{pydantic.VERSION} {sys.version}".encode())
     return digest.hexdigest()
-
-
-def _mark_validated(key: str) -> None:
-    """Remember that the content with ``key`` validated in full (best effort: a cache that
-    cannot be written only means validating again next time)."""
-    try:
-        validated_dir().mkdir(parents=True, exist_ok=True)
-        (validated_dir() / key).touch()
-    except OSError:
-        pass
 
 
 def _reject_nan(node: Any, path: str, source: str) -> None:
@@ -213,7 +204,7 @@ def load_params(
     # Validating every experiment imports every paper's code (about 5 s, on every Snakemake
     # start); content validated in full before is validated lazily, on first use, instead.
     key = validation_key(data) if only is None else None
-    if key is not None and (validated_dir() / key).exists():
+    if key is not None and read_entry(VALIDATED, key) is not None:
         only = []
     checked = list(raw.all_experiments) if only is None else list(only)
     _check_implemented([n for n in checked if n in raw.all_experiments], name)
@@ -228,5 +219,5 @@ def load_params(
         exp_name: validate(raw, exp_name) for exp_name in checked if exp_name in raw.all_experiments
     }
     if key is not None and only is None:
-        _mark_validated(key)
+        write_entry(VALIDATED, key, "")  # a mark: validated in full
     return Params(raw, settings, validate, Path(name))

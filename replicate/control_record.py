@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 from replicate import io
 from replicate.params import ConfigError, Params
-from replicate.sources import paper_digest
 
 CONTROLS_FILE = "controls.json"
 
@@ -110,10 +109,12 @@ def read_controls(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def control_status(
-    claim: Claim, record: Mapping[str, dict[str, Any]], params: Params
+    claim: Claim, record: Mapping[str, dict[str, Any]], params: Params, code: Mapping[str, str]
 ) -> tuple[str, float | None]:
     """The claim's negative control at the active scale in ``record`` (`read_controls`) and
-    the value measured there: the control's verdict, or `NOT_TRAINED`, `NOT_RUN`, `STALE`."""
+    the value measured there: the control's verdict, or `NOT_TRAINED`, `NOT_RUN`, `STALE`
+    (also where the control ran other code of its paper than ``code``, this checkout's
+    `paper_digest` per paper)."""
     if not reads_training(params, claim.experiment, params.scale):
         return NOT_TRAINED, None
     entry = record.get(params.scale)
@@ -123,7 +124,7 @@ def control_status(
     paper = params.experiment(claim.experiment).paper
     if row is None or row["definition"] != definition_digest(claim):
         return STALE, None
-    if entry["code"].get(paper) != paper_digest(paper):
+    if entry["code"].get(paper) != code[paper]:
         return STALE, None
     return row["verdict"], row["measured"]
 

@@ -23,8 +23,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from replicate.user_cache import read_entry, write_entry
 
 CODE_ROOT = Path(__file__).resolve().parents[1]
 """The folder that holds the running `replicate` package: the project, in a checkout."""
@@ -36,6 +40,8 @@ RUN_ROOTS = ("replicate/__main__.py", "replicate/experiments/runner.py")
 CLAIMS_ROOTS = ("replicate/__main__.py", "replicate/claims.py")
 """What `python -m replicate claims` and `check` import, besides the experiments' settings
 schemas (`claims_sources`)."""
+SYNTAX = "syntax"
+"""The user cache's entries of parsed project files (`_syntax`)."""
 DISPATCHERS = frozenset({"replicate/cli.py"})
 """Modules whose function-level imports belong to commands other than the one a job runs:
 only their module-level imports are followed (the `run` command's own, the runner, is among
@@ -108,17 +114,32 @@ def _imported_modules(file: str, tree: ast.Module) -> Iterator[str]:
 
 
 @functools.cache
-def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[ast.Module, str]:
-    """A file's syntax tree without docstrings and its dump (the digest's text), cached by
-    path, modification time and size (the Snakefile asks for each file once per experiment)."""
-    tree = _without_docstrings(ast.parse(path.read_bytes(), filename=str(path)))
-    return tree, ast.dump(tree)
+def _syntax(path: Path, file: str, mtime_ns: int, size: int) -> tuple[str, tuple[str, ...]]:
+    """The dump of ``file``'s syntax tree without docstrings (the digest's text) and the
+    modules it imports (`_imported_modules`), cached in this process by path, modification
+    time and size (the Snakefile asks for each file once per experiment), and in the user's
+    cache by the file's name and bytes and Python's version: parsing the hundred-odd project
+    files would otherwise cost every Snakemake start about five seconds."""
+    data = path.read_bytes()
+    key = hashlib.sha256(f"{sys.version}\0{file}\0".encode() + data).hexdigest()
+    cached = read_entry(SYNTAX, key)
+    if cached is not None:
+        try:
+            entry = json.loads(cached)
+            return entry["dump"], tuple(entry["modules"])
+        except (ValueError, KeyError, TypeError):
+            pass  # unreadable: parsed again and stored over it
+    tree = _without_docstrings(ast.parse(data, filename=str(path)))
+    dump, modules = ast.dump(tree), tuple(dict.fromkeys(_imported_modules(file, tree)))
+    write_entry(SYNTAX, key, json.dumps({"dump": dump, "modules": modules}))
+    return dump, modules
 
 
-def _parse(root: Path, file: str) -> tuple[ast.Module, str]:
+def _parse(root: Path, file: str) -> tuple[str, tuple[str, ...]]:
+    """`_syntax` of ``file`` under ``root``."""
     path = root / file
     info = path.stat()
-    return _parsed(path.resolve(), info.st_mtime_ns, info.st_size)
+    return _syntax(path, file, info.st_mtime_ns, info.st_size)
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:
@@ -160,16 +181,15 @@ def imported_files(roots: Iterable[str], root: Path) -> tuple[str, ...]:
 
 def _imports(root: Path, file: str) -> tuple[str, ...]:
     """The project files that importing ``file`` alone runs (its imports and the packages
-    above them), cached as its syntax tree is."""
-    path = root / file
-    info = path.stat()
-    return _imports_of(path.resolve(), root.resolve(), file, info.st_mtime_ns, info.st_size)
+    above them), cached as its syntax is."""
+    info = (root / file).stat()
+    return _imports_of(root, file, info.st_mtime_ns, info.st_size)
 
 
 @functools.cache
-def _imports_of(path: Path, root: Path, file: str, mtime_ns: int, size: int) -> tuple[str, ...]:
-    tree, _ = _parsed(path, mtime_ns, size)
-    found = (_module_file(module, root) for module in _imported_modules(file, tree))
+def _imports_of(root: Path, file: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    _, modules = _syntax(root / file, file, mtime_ns, size)
+    found = (_module_file(module, root) for module in modules)
     return tuple(dict.fromkeys(f for m in found if m is not None for f in _with_packages(m, root)))
 
 
@@ -206,7 +226,7 @@ def source_digest(files: Iterable[str], root: Path) -> str:
     without docstrings: the same for a comment, a reformat or a docstring edit."""
     digest = hashlib.sha256()
     for file in files:
-        digest.update(f"{file}\0{_parse(root, file)[1]}\0".encode())
+        digest.update(f"{file}\0{_parse(root, file)[0]}\0".encode())
     return digest.hexdigest()
 
 

@@ -191,18 +191,18 @@ def test_status_and_problem_by_provenance_and_record() -> None:
     trained = by_id[CLAIM_ID]
     assert reads_training(params, trained.experiment, "ci")
     untrained = next(c for c in claimset.claims if not reads_training(params, c.experiment, "ci"))
-    assert control_status(untrained, {}, params) == (NOT_TRAINED, None)
-    assert control_status(trained, {}, params) == (NOT_RUN, None)
+    assert control_status(untrained, {}, params, claimset.code) == (NOT_TRAINED, None)
+    assert control_status(trained, {}, params, claimset.code) == (NOT_RUN, None)
     row = {"definition": definition_digest(trained), "verdict": "holds", "measured": 1.0}
     record = {
         "ci": {"claims": {CLAIM_ID: row}, "code": {"attn_markov": paper_digest("attn_markov")}}
     }
-    assert control_status(trained, record, params) == ("holds", 1.0)
+    assert control_status(trained, record, params, claimset.code) == ("holds", 1.0)
     record["ci"]["code"]["attn_markov"] = "other code"
-    assert control_status(trained, record, params) == (STALE, None)
+    assert control_status(trained, record, params, claimset.code) == (STALE, None)
     record["ci"]["code"]["attn_markov"] = paper_digest("attn_markov")
     row["definition"] = "another definition"
-    assert control_status(trained, record, params) == (STALE, None)
+    assert control_status(trained, record, params, claimset.code) == (STALE, None)
     assert control_problem(trained, NOT_RUN) == ""
     assert "another definition" in control_problem(trained, STALE)
     proposal = trained.model_copy(update={"provenance": "proposal"})

@@ -20,6 +20,7 @@ from replicate.markov import (
     sample_from_kernels_loop,
     true_next_token_nll,
 )
+from replicate.markov.incontext import _half_gamma, _log_gamma
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -141,6 +142,21 @@ def test_dirichlet_rows_have_the_dirichlet_moments() -> None:
         assert (rows.mean(0) - 0.25).abs().max() < 4 * se_mean
         assert abs(rows.var(0).mean().item() / variance - 1) < 0.05
         assert (rows > 0).all() and torch.allclose(rows.sum(-1), torch.ones(rows.shape[0]).double())
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 0.7, 2.0])
+def test_gamma_variates_follow_the_gamma_law(alpha: float) -> None:
+    """The Gamma(alpha, 1) variates behind every Dirichlet row, by a Kolmogorov-Smirnov test
+    against scipy's Gamma law: the one-draw form of alpha = 1/2 (E cos^2(2 pi U')) and the
+    rejection sampler (any other alpha)."""
+    cpu = torch.device("cpu")
+    if alpha == 0.5:
+        gamma = _half_gamma(200_000, _gen(14), cpu)
+    else:
+        gamma = _log_gamma(alpha, 200_000, _gen(14), cpu).exp()
+    assert stats.kstest(gamma.numpy(), stats.gamma(alpha).cdf).pvalue > 1e-3
+    # A wrong shape is rejected at this sample size: the test has the power to fail.
+    assert stats.kstest(gamma.numpy(), stats.gamma(alpha * 1.05).cdf).pvalue < 1e-6
 
 
 def test_substitution_rate_and_uniform_other_symbol() -> None:

@@ -3,6 +3,7 @@ follows the code's meaning, not its bytes (replicate/sources.py)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from replicate.sources import (
+    SYNTAX,
     _module_file,
+    _syntax,
     claims_sources,
     experiment_sources,
     imported_files,
@@ -23,6 +26,7 @@ from replicate.sources import (
 from .conftest import REPO
 
 pytestmark = pytest.mark.workflow(seconds=60)
+_parse_source = ast.parse
 
 JOBS = ("attn_markov_fig3", "local_global_fig5", "subngrams_fig1", "two_layer_table1")
 """A training of each of papers A, C and D and a flow of paper B, run tiny."""
@@ -135,3 +139,32 @@ def test_the_digest_follows_the_meaning_not_the_bytes(tmp_path: Path) -> None:
     module.write_text(original)
     shutil.copy(module, module.with_name("n.py"))
     assert source_digest(["replicate/n.py"], tmp_path) != digest
+
+
+def test_parsed_files_are_cached_by_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file's parse is kept in the user's cache under its name and bytes: a fresh process
+    (here: the in-process cache cleared) reads it instead of parsing; an unreadable entry is
+    parsed again and replaced; the digest is the same either way, and changes with the file."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _package(tmp_path, {"replicate/__init__.py": "", "replicate/m.py": "import replicate.n\n",
+                        "replicate/n.py": "X = 1\n"})  # fmt: skip
+    files = ["replicate/m.py", "replicate/n.py"]
+    parsed = source_digest(files, tmp_path)
+    entries = sorted((tmp_path / "cache" / "markov-replicate" / SYNTAX).iterdir())
+    assert len(entries) == 2
+    _syntax.cache_clear()
+    calls = []
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: calls.append(a) or _parse_source(*a, **k))
+    assert source_digest(files, tmp_path) == parsed and not calls  # read from the cache
+    assert imported_files(["replicate/m.py"], tmp_path)[-1] == "replicate/n.py"
+    for entry in entries:
+        entry.write_text("{not json")
+    _syntax.cache_clear()
+    calls.clear()
+    assert source_digest(files, tmp_path) == parsed  # parsed again:
+    assert sorted(call[0] for call in calls) == [b"X = 1\n", b"import replicate.n\n"]
+    assert all(entry.read_text().startswith('{"dump"') for entry in entries)
+    (tmp_path / "replicate" / "n.py").write_text("X = 2\n")
+    assert source_digest(files, tmp_path) != parsed

@@ -14,16 +14,21 @@ Conventions (used by every function here):
   from the initial law, then x_t = F^{-1}_{P[c_t]}(u_t) (inverse CDF of the kernel row of
   the current context). The uniforms u_1..u_{k-1} are unused under the stationary law
   (one window is drawn from u_0). The only Python loops of a draw are the scan over
-  positions t = k..length-1 and the few rejection rounds of the Gamma sampler.
+  positions t = k..length-1 and, for an alpha other than 1/2, the few rejection rounds of
+  the Gamma sampler.
 * Random numbers are drawn from the one ``generator`` given, in a fixed order: kernels,
   then the path uniforms, then the noise. A noisy source therefore draws the same kernels
   and the same clean path as the noiseless one from the same generator state.
 
-Dirichlet draws: ``torch._standard_gamma`` and ``torch.distributions`` take no generator,
-so Gamma(alpha) variates are drawn with the Marsaglia-Tsang rejection method (ACM TOMS 26,
-2000) from ``torch.randn``/``torch.rand`` of the given generator, in log space with the
-boost log G(a) = log G(a + 1) + log(U) / a for a < 1 (so small alphas do not underflow);
-a Dirichlet row is the softmax of S such log-Gamma variates.
+Dirichlet draws: a Dirichlet row is S i.i.d. Gamma(alpha, 1) variates divided by their sum.
+``torch._standard_gamma`` and ``torch.distributions`` take no generator, so the variates come
+from the given generator's own draws. For paper C's alpha = 1/2 an exact one-draw form
+serves: with E = -log(1 - U) exponential and U' uniform, E cos^2(2 pi U') is Gamma(1/2, 1)
+(it is Z^2 / 2 for the standard normal Z = sqrt(2 E) cos(2 pi U') of the Box-Muller
+transform, and Z^2 is chi-square with one degree of freedom). Any other alpha, 1 included,
+uses the Marsaglia-Tsang rejection method (ACM TOMS 26, 2000) in log space, with the boost
+log G(a) = log G(a + 1) + log(U) / a for a < 1 (so small alphas do not underflow), and a
+row is the softmax of S such log-Gamma variates.
 """
 
 from __future__ import annotations
@@ -48,6 +53,16 @@ at paper C's Fig. 3 shapes, 1.4x faster at paper D's; benchmarks/incontext_sampl
 
 def _device(generator: torch.Generator | None) -> torch.device:
     return generator.device if generator is not None else torch.device("cpu")
+
+
+def _half_gamma(
+    count: int, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    """``count`` i.i.d. Gamma(1/2, 1) variates, float64, by the one-draw form E cos^2(2 pi U')
+    (see the module's docstring): 2 ``count`` uniforms, no rejection loop."""
+    u = torch.rand(2 * count, dtype=torch.float64, generator=generator, device=device)
+    gamma = torch.log1p(-u[:count]).neg_()  # E = -log(1 - U): U = 0 gives 0, never inf
+    return gamma.mul_(torch.cos(2.0 * math.pi * u[count:]).square_())
 
 
 def _log_gamma(
@@ -90,9 +105,23 @@ def draw_kernels(
         raise ChainParameterError(f"alpha must be > 0, got {alpha!r}")
     if count < 1:
         raise ChainParameterError(f"count must be >= 1, got {count!r}")
-    rows = count * states**order
-    logs = _log_gamma(float(alpha), rows * states, generator, _device(generator))
-    return torch.softmax(logs.view(count, states**order, states), dim=-1)
+    shape = (count, states**order, states)
+    return _dirichlet_rows(float(alpha), shape, generator, _device(generator))
+
+
+def _dirichlet_rows(
+    alpha: float,
+    shape: tuple[int, ...],
+    generator: torch.Generator | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """A float64 tensor of ``shape`` whose rows (last axis, S) are i.i.d. Dirichlet(alpha 1_S):
+    Gamma(alpha, 1) variates over their row's sum (see the module's docstring)."""
+    count = math.prod(shape)
+    if alpha == 0.5:
+        gamma = _half_gamma(count, generator, device).view(shape)
+        return gamma / gamma.sum(-1, keepdim=True)
+    return torch.softmax(_log_gamma(alpha, count, generator, device).view(shape), -1)
 
 
 def _check_shape_args(states: int, order: int) -> None:
