@@ -43,7 +43,7 @@ from pathlib import Path
 import lightning_modules
 from lightning_modules import Member
 from replicate.markov import InContextSource
-# Before issue 21 the sources lived with the DataModule. (The editable install would find
+# Older commits kept the sources with the DataModule. (The editable install would find
 # this tree's sources.py for the baseline's package too: look in the package's own folder.)
 if (Path(lightning_modules.__file__).parent / "sources.py").exists():
     from lightning_modules.sources import sample_members

@@ -64,7 +64,7 @@ def bench_startup(repeats: int) -> None:
         return
     cases = {
         "now (lazy imports)": [sys.executable, "-m", "replicate", *run],
-        "eager (pre issue 13)": [sys.executable, "-c", EAGER, *run],
+        "eager (all imports at start-up)": [sys.executable, "-c", EAGER, *run],
     }
     print("start-up of a rule that trains nothing (attn_markov_table2), median of", repeats)
     for label, command in cases.items():

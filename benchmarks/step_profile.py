@@ -14,7 +14,7 @@ steps into where their time goes: drawing the batch, the forward pass with the l
 backward pass, the optimiser (with gradient clipping and the step's schedule), and the rest
 (Lightning's loop and hooks).
 
-    python benchmarks/step_profile.py [--baseline 0c95b51] [--steps 200]
+    python benchmarks/step_profile.py [--baseline 7d94dbd] [--steps 200]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def baseline_tree(revision: str, folder: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", default="0c95b51", help="commit before issue 21's changes")
+    parser.add_argument("--baseline", default="7d94dbd", help="the commit to compare with")
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:

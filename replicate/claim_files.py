@@ -236,8 +236,8 @@ class Claim(Strict):
     note: str | None = None
     """What a reader must know to trust the verdict (a mislabel in the paper, a variant)."""
     implied_by: str | None = None
-    """The id of a claim of the same paper whose fact implies this one (issue 20, item 5:
-    B5-maxima-repel follows from B5-rate). The claim is evaluated and shown as any other,
+    """The id of a claim of the same paper whose fact implies this one (B5-maxima-repel
+    follows from B5-rate). The claim is evaluated and shown as any other,
     but the tallies count the fact once, with the claim that implies it."""
     holds_untrained: str | None = None
     """Why the claim is meant to hold for a model that learned nothing (a claim about the
@@ -672,61 +672,75 @@ def _check_cpu_dependence(
     no longer lists the claim. Returns, per claim whose entries were measured on other code of
     its paper than this checkout's (``code``, `ClaimSet.code`), why: the mark is then stale,
     which fails the claims check (`ClaimSet.stale_marks`) but lets the experiments run."""
-    stale: dict[str, str] = {}
     declared = [c for c in claims if c.cpu_dependent]
     if not declared:
-        return stale
-    record: StabilityRecord | None = None
-    problem = ""
+        return {}
+    paper_of = {c.id: params.experiment(c.experiment).paper for c in declared}
     try:
         record = read_stability(path)
-    except FileNotFoundError:
-        problem = f"there is no stability record ({path}); run"
     except OlderStabilityFormat as exc:
-        for claim in declared:
-            paper = params.experiment(claim.experiment).paper
-            stale[claim.id] = (
-                f"its cpu_dependent mark rests on {exc}; rerun "
-                f"`python -m replicate stability --papers {paper}`"
-            )
-        return stale
-    except ConfigError as exc:
-        problem = f"{exc}; rerun"
+        return {
+            c.id: f"its cpu_dependent mark rests on {exc}; rerun `{_rerun(paper_of[c.id])}`"
+            for c in declared
+        }
+    except (FileNotFoundError, ConfigError) as exc:
+        problem = (
+            f"there is no stability record ({path}); run"
+            if isinstance(exc, FileNotFoundError)
+            else f"{exc}; rerun"
+        )
+        claim = declared[0]
+        scale = next(iter(claim.cpu_dependent or {}))
+        raise ConfigError(
+            f"{where[claim.id]}: claim {claim.id}: cpu_dependent.{scale}: {problem} "
+            f"`{_rerun(paper_of[claim.id])}`"
+        ) from None
+    stale: dict[str, str] = {}
     for claim in declared:
-        paper = params.experiment(claim.experiment).paper
-        rerun = f"python -m replicate stability --papers {paper}"
         for scale in claim.cpu_dependent or {}:
             label = f"{where[claim.id]}: claim {claim.id}: cpu_dependent.{scale}"
-            if record is None:
-                raise ConfigError(f"{label}: {problem} `{rerun}`")
-            listing = {
-                name: entry.papers[paper]
-                for name, entry in record.perturbations.items()
-                if record.scale == scale
-                and paper in entry.papers
-                and any(row.id == claim.id for row in entry.papers[paper].verdicts_changed)
-            }
-            if not listing:
-                other = f" (it holds the check at {record.scale} scale)"
-                raise ConfigError(
-                    f"{label}: {path} does not list it among the verdicts a perturbation "
-                    f"changed at {scale} scale{other if record.scale != scale else ''}; run "
-                    f"`{rerun}`, and where it no longer changes, remove cpu_dependent"
-                )
-            for name, check in listing.items():
-                key = f"perturbations.{name}.papers.{paper}"
-                if _not_in_history(check.commit, path.parent):
-                    raise ConfigError(
-                        f"{label}: {path}: {key}.commit = {check.commit!r} is not a commit of "
-                        f"this repository's history; run `{rerun}` here"
-                    )
-                if check.code_sha256 != code[paper]:
+            for key, check in _listing(record, claim, paper_of[claim.id], scale, label, path):
+                if check.code_sha256 != code[paper_of[claim.id]]:
                     stale[claim.id] = (
                         f"its cpu_dependent mark rests on {path}: {key}.code_sha256, a stability "
-                        f"record made for other code of {claim.experiment} (paper {paper}, "
-                        f"commit {check.commit}) than this checkout's; rerun `{rerun}`"
+                        f"record made for other code of {claim.experiment} (paper "
+                        f"{paper_of[claim.id]}, commit {check.commit}) than this checkout's; "
+                        f"rerun `{_rerun(paper_of[claim.id])}`"
                     )
     return stale
+
+
+def _rerun(paper: str) -> str:
+    return f"python -m replicate stability --papers {paper}"
+
+
+def _listing(
+    record: StabilityRecord, claim: Claim, paper: str, scale: str, label: str, path: Path
+) -> list[tuple[str, PaperCheck]]:
+    """The (key, check) of every perturbation of ``record`` whose check of ``paper`` at
+    ``scale`` lists ``claim`` among the verdicts it changed; a ConfigError (starting with
+    ``label``) where there is none, or where one names a commit outside this history."""
+    listing = [
+        (f"perturbations.{name}.papers.{paper}", entry.papers[paper])
+        for name, entry in record.perturbations.items()
+        if record.scale == scale
+        and paper in entry.papers
+        and any(row.id == claim.id for row in entry.papers[paper].verdicts_changed)
+    ]
+    if not listing:
+        other = f" (it holds the check at {record.scale} scale)"
+        raise ConfigError(
+            f"{label}: {path} does not list it among the verdicts a perturbation "
+            f"changed at {scale} scale{other if record.scale != scale else ''}; run "
+            f"`{_rerun(paper)}`, and where it no longer changes, remove cpu_dependent"
+        )
+    for key, check in listing:
+        if _not_in_history(check.commit, path.parent):
+            raise ConfigError(
+                f"{label}: {path}: {key}.commit = {check.commit!r} is not a commit of "
+                f"this repository's history; run `{_rerun(paper)}` here"
+            )
+    return listing
 
 
 def render_recorded(recorded: Mapping[str, Mapping[str, Recording]]) -> str:

@@ -67,7 +67,7 @@ MIN_BOOTSTRAP_SEEDS = 4
 """Below this many seeds the interval is the seed range (`seed_range`), not a bootstrap:
 with n <= 3 seeds a resample repeating one seed has probability n**-n >= 1/27 > 2.5 %, so
 the 95 % percentile interval of a mean, median, max or min over seeds is the range of the
-per-seed values anyway (issue 20: 95 of the 96 ci intervals were)."""
+per-seed values anyway (at ci, 95 of the 96 intervals were)."""
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
 """Fixed, so that the interval and hence the verdict are deterministic."""

@@ -130,8 +130,8 @@ class ExperimentEntry(Strict):
     curves: list[CurvePlot] = Field(default_factory=list)
     reads: list[Literal["classification"]] = Field(default_factory=list)
     """Top-level sections of params.yaml that the experiment reads besides its settings and
-    ``runtime`` (issue 11: they are its Snakemake params and DVC params; the runner fails
-    when an experiment reads an undeclared section or declares one it never reads)."""
+    ``runtime`` (they are its Snakemake params and DVC params; the runner fails when an
+    experiment reads an undeclared section or declares one it never reads)."""
 
     @model_validator(mode="after")
     def _outputs_and_scales(self) -> ExperimentEntry:

@@ -8,12 +8,12 @@ editor's swap file beside the code, changes nothing. The claims step likewise de
 the modules ``replicate/claims.py`` imports (`claims_sources`).
 
 The digest (`source_digest`) is taken over each file's abstract syntax tree without its
-docstrings (`ast.dump`), not over its bytes: a comment, a reformat or a reworded docstring
-leaves the code's meaning, hence the outputs, as they were, and retrains nothing. Snakemake
-reruns an experiment when its digest differs from the one that made its outputs (a rule
-``params`` value); the record step compares it with the one in provenance.json
-(`replicate.provenance.same_code`). DVC hashes the same files by their bytes
-(replicate/dvcfile.py): after an edit that leaves the syntax tree as it was, `dvc status`
+docstrings, attributes' documentation strings included (`ast.dump`), not over its bytes: a
+comment, a reformat or a reworded docstring leaves the code's meaning, hence the outputs, as
+they were, and retrains nothing. Snakemake reruns an experiment when its digest differs from
+the one that made its outputs (a rule ``params`` value); the record step compares it with the
+one in provenance.json (`replicate.provenance.same_code`). DVC hashes the same files by their
+bytes (replicate/dvcfile.py): after an edit that leaves the syntax tree as it was, `dvc status`
 names the file as changed while Snakemake plans nothing; `dvc repro` (or `python -m
 replicate record`) then records the new bytes without running a job.
 """
@@ -115,11 +115,12 @@ def _imported_modules(file: str, tree: ast.Module) -> Iterator[str]:
 
 @functools.cache
 def _syntax(path: Path, file: str, mtime_ns: int, size: int) -> tuple[str, tuple[str, ...]]:
-    """The dump of ``file``'s syntax tree without docstrings (the digest's text) and the
-    modules it imports (`_imported_modules`), cached in this process by path, modification
-    time and size (the Snakefile asks for each file once per experiment), and in the user's
-    cache by the file's name and bytes and Python's version: parsing the hundred-odd project
-    files would otherwise cost every Snakemake start about five seconds."""
+    """The dump of ``file``'s syntax tree without its docstrings (`_without_docstrings`: the
+    digest's text) and the modules it imports (`_imported_modules`), cached in this process
+    by path, modification time and size (the Snakefile asks for each file once per
+    experiment), and in the user's cache by the file's name and bytes and Python's version:
+    parsing the hundred-odd project files would otherwise cost every Snakemake start about
+    five seconds."""
     data = path.read_bytes()
     key = hashlib.sha256(f"{sys.version}\0{file}\0".encode() + data).hexdigest()
     cached = read_entry(SYNTAX, key)
@@ -143,18 +144,25 @@ def _parse(root: Path, file: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:
-    """``tree`` with the docstring of the module and of every class and function removed
+    """``tree`` without its string statements: the docstrings of the module and of every
+    class and function, the documentation strings under attributes, and any other bare string
     (they document the code; nothing the outputs depend on reads them)."""
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = node.body[0] if node.body else None
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                node.body = node.body[1:] or [ast.Pass()]
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                continue
+            kept = [statement for statement in body if not _is_string(statement)]
+            setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
     return tree
+
+
+def _is_string(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
 
 
 def _with_packages(file: str, root: Path) -> list[str]:

@@ -120,11 +120,13 @@ def test_relative_lazy_and_type_checking_imports(tmp_path: Path) -> None:
 
 
 def test_the_digest_follows_the_meaning_not_the_bytes(tmp_path: Path) -> None:
-    """A comment, a reformat or a docstring edit leaves the digest as it was; a changed
-    constant, a renamed file or a changed import does not."""
+    """A comment, a reformat or a docstring edit (an attribute's included) leaves the digest
+    as it was; a changed constant, a renamed file or a changed import does not."""
     module = tmp_path / "replicate" / "m.py"
     module.parent.mkdir()
-    original = '"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1\n'
+    original = (
+        '"""Doc."""\n\nA = 1\n"""Doc of A."""\n\ndef f(x):\n    """Doc."""\n    return x + A\n'
+    )
     module.write_text(original)
     digest = source_digest(["replicate/m.py"], tmp_path)
 
@@ -133,9 +135,17 @@ def test_the_digest_follows_the_meaning_not_the_bytes(tmp_path: Path) -> None:
         os.utime(module, ns=(module.stat().st_mtime_ns + 10**9,) * 2)  # a new file to the cache
         return source_digest(["replicate/m.py"], tmp_path)
 
-    assert digest_of('"""Other."""\ndef f( x ):  # a comment\n    return (x+1)\n') == digest
-    assert digest_of("def f(x):\n    return x + 2\n") != digest
-    assert digest_of("import replicate.other\ndef f(x):\n    return x + 1\n") != digest
+    assert (
+        digest_of('"""Other."""\nA = 1  # one\ndef f( x ):  # a comment\n    return (x+A)\n')
+        == digest
+    )
+    assert (
+        digest_of('A = 1\n"""Other doc of A."""\ndef f(x):\n    "Doc."\n    return x + A\n')
+        == digest
+    )
+    assert digest_of("A = 1\ndef f(x):\n    return x + A + 1\n") != digest
+    assert digest_of("A = 2\ndef f(x):\n    return x + A\n") != digest
+    assert digest_of("import replicate.other\nA = 1\ndef f(x):\n    return x + A\n") != digest
     module.write_text(original)
     shutil.copy(module, module.with_name("n.py"))
     assert source_digest(["replicate/n.py"], tmp_path) != digest
