@@ -8,7 +8,7 @@ and P(x_{n+1} = 1 | x_1^n) = sigma(logit_n). `EnsembleCanonical` holds E indepen
 (one per initialisation or chain) as parameter vectors of length E. `train_ensemble` trains
 them with plain SGD (`OptimConfig(algorithm="sgd")`) and the `BinaryLogitCE` objective on
 fresh Markov sequences, as the authors' `Markov-Fixed` code trains the same three scalars
-(spec B §3.4, "canonical 3-scalar model"), with the same Trainer, data stream and
+(an extra: paper B has no figure of it), with the same Trainer, data stream and
 ensemble equivalence as every other model.
 """
 

@@ -1,6 +1,6 @@
 """The simplified two-layer disentangled transformer of paper C, as an ensemble of E models.
 
-Paper C, Def. 2.2 and Sec. 2.3; spec C §2.1 (the authors' ``Simpleformer``). Every parameter
+Paper C, Def. 2.2 and Sec. 2.3, as the authors' ``Simpleformer`` (their code). Every parameter
 carries a leading ensemble axis E; member i depends on ``seeds[i]`` alone.
 
 For one sequence x in [S]^T (0-indexed), with one-hot embeddings r0[l] = e_{x_l}:
@@ -13,9 +13,9 @@ For one sequence x in [S]^T (0-indexed), with one-hot embeddings r0[l] = e_{x_l}
   a2 = softmax_i(score), value V2 = [I_S; 0; ...] (block 0), unembedding U = I_S, no residual;
 * output p_theta(x) = sum_i a2[i] e_{x_i}: a probability vector (no softmax).
 
-Initialisation (spec C §2.1, [C]): A1 = 0, V1 ~ N(0, 1/S), Q, Kt ~ N(0, 1/D). The hidden
+Initialisation (the authors' code): A1 = 0, V1 ~ N(0, 1/S), Q, Kt ~ N(0, 1/D). The hidden
 size of Q Kt is ``d_h = S`` (the authors' code of Feb. 2025, main-text figures) or
-``d_h = D`` (their later code; required by the constructions theta_*^k, spec C §0.4).
+``d_h = D`` (their later code; required by the constructions theta_*^k, paper C Eq. (8c)).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class DisentangledConfig:
 
 
 class EnsembleDisentangled(nn.Module):
-    """E simplified disentangled transformers (spec C §2.1); forward -> (E, B, S) probabilities."""
+    """E simplified disentangled transformers (Sec. 2.3); forward -> (E, B, S) probabilities."""
 
     def __init__(
         self, cfg: DisentangledConfig, ensemble: int, dtype: torch.dtype = torch.float32
@@ -75,7 +75,8 @@ class EnsembleDisentangled(nn.Module):
         self.Kt = nn.Parameter(torch.zeros(ensemble, self.hidden, d, dtype=dtype))
 
     def init_members(self, seeds: list[int]) -> None:
-        """Member i from ``seeds[i]`` alone: A1 = 0, V1 ~ N(0, 1/S), Q, Kt ~ N(0, 1/D) ([C])."""
+        """Member i from ``seeds[i]`` alone: A1 = 0, V1 ~ N(0, 1/S), Q, Kt ~ N(0, 1/D) (the
+        authors' code)."""
         if len(seeds) != self.ensemble:
             raise ValueError(f"need {self.ensemble} seeds, got {len(seeds)}")
         with torch.no_grad():

@@ -15,7 +15,7 @@ Parameter names follow Table 1 (``transformer.wte``, ``transformer.h.0.attn.c_at
 With tying, ``lm_head.weight`` *is* ``transformer.wte.weight`` (one tensor).
 For a binary vocabulary the softmax over two logits is the sigmoid of their difference,
 so a = w_1 - w_0, b = b_1 - b_0, e = wte[1] - wte[0], p_n = wte[0] + wpe[n] recovers the
-theory model's (a, b, e, p_n) (spec A, Sec. 1.2); tying gives a = e exactly.
+theory model's (a, b, e, p_n) (paper A, Sec. 3 and App. A); tying gives a = e exactly.
 
 Per-layer options (``GPTConfig.layers``, one `LayerConfig` per layer) express papers C
 (App. I.1 general attention-only transformer, Fig. 7 with MLP) and D (trained D-arch and
@@ -49,7 +49,7 @@ Head h of layer l uses rows [h dh, (h+1) dh) of the Q block (query q = W_Q x), t
 rows of the K block, and rows [h dv, (h+1) dv) of the V block; the heads are merged by
 c_proj (concatenation then projection, GPT) or summed (paper C App. I.1, paper D with
 W_O = I folded into W_V). Paper C's Q (d x dh), Kt (dh x d), V (d x d) are W_Q^T, W_K and
-W_V^T. Relative positions (paper D §2.1): R_m (m = n - i) is added to the key input, and
+W_V^T. Relative positions (paper D, Sec. 2.2): R_m (m = n - i) is added to the key input, and
 with "key_value" to the value input, before projection, so the score is
 q_n . (k_i + W_K R_{n-i}) times the scale and the head output adds sum_i att W_V R_{n-i}.
 One table serves keys and values (the authors' code); paper D's separate p^K, p^V are
@@ -99,8 +99,8 @@ def _check(value: object, allowed: Sequence[object], name: str) -> None:
 class SublayerConfig:
     """One sublayer of paper D's MLP skeleton: h_j = skip_j + norm(act(W_j h_{j-1} + b_j)).
 
-    Spec D §2.1 / App. B.1 and the authors' `MLP_three_layers`, `MLP_new_construct`,
-    `MLP_two_layers`; Rajaraman et al.'s FFN + LN (spec D §3.4) is a ReLU sublayer with
+    Paper D, Sec. 2.2 / App. B.1 and the authors' `MLP_three_layers`, `MLP_new_construct`,
+    `MLP_two_layers`; Rajaraman et al.'s FFN + LN (their Architecture 2) is a ReLU sublayer with
     skip "none" followed by an identity one with norm and skip "input".
     ``width``: output width w_j (None = n_embd). ``skip``: "prev" adds h_{j-1}, "input"
     adds h_0 (the layer's post-attention stream), "none" adds nothing.
@@ -124,16 +124,16 @@ class LayerConfig:
 
     n_head: heads (None: GPTConfig.n_head). head_dim: query/key width per head (None:
     n_embd // n_head with head_merge "proj", n_embd with "sum"). attn_scale: logit
-    multiplier (None: 1/sqrt(head_dim); 1.0: none, paper C App. I.1 and paper D §2.1).
+    multiplier (None: 1/sqrt(head_dim); 1.0: none, paper C App. I.1 and paper D Sec. 2.2).
     head_merge: "proj" (concatenate + c_proj, GPT) or "sum" (paper C App. I.1:
     delta = sum_h softmax(X Q Kt X^T) X V, value width d, no c_proj). rel_pe: "none",
-    "key" or "key_value" (paper D §2.1/§2.3; the authors' code: "key", layer 1 only);
+    "key" or "key_value" (paper D, Sec. 2.2; the authors' code: "key", layer 1 only);
     rel_pe_per_head: one table per head instead of one shared. qk_norm: norm applied per
     head after the query/key projections (paper D App. A.2.2/B.2 "ungated": "l2").
     norm: pre-norm ln_1 / ln_2 (None: "weight" for variant gpt2, else "none").
     mlp: "none" (attention-only), "gpt" (c_fc -> act -> c_proj) or "sublayers".
     mlp_hidden (None: mlp_ratio * n_embd), activation (None: GPTConfig.activation),
-    mlp_bias, mlp_param ("mup": paper C's muLinear, spec C §2.3) and mlp_input
+    mlp_bias, mlp_param ("mup": paper C's muLinear, the authors' code) and mlp_input
     ("residual": x + MLP(ln_2(x + attn)); "attention": x + MLP(attn), paper C Fig. 7)
     configure the "gpt" MLP; sublayers configure the "sublayers" one.
     """
@@ -343,10 +343,10 @@ def by_distance(attention: torch.Tensor) -> torch.Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    """Causal multi-head attention, softmax(<q, k> / sqrt(head_dim)) (spec A, Sec. 1.1).
+    """Causal multi-head attention, softmax(<q, k> / sqrt(head_dim)) (paper A, App. A, typo fixed).
 
     Options (see `LayerConfig`): other scale (paper C/D: none), summed heads without c_proj
-    (paper C App. I.1), relative positions on keys (and values) (paper D §2.1), per-head
+    (paper C App. I.1), relative positions on keys (and values) (paper D Sec. 2.2), per-head
     norm after the q/k projections (paper D App. A.2.2/B.2).
     """
 
@@ -446,7 +446,7 @@ class CausalSelfAttention(nn.Module):
         ebn: tuple[int, int, int],
         trace: dict[str, torch.Tensor] | None,
     ) -> torch.Tensor:
-        """Attention with its map materialised (traces, relative positions; paper D §2.1)."""
+        """Attention with its map materialised (traces, relative positions; paper D Sec. 2.2)."""
         e, b, n = ebn
         h = self.n_head
         scores = q @ k.transpose(-1, -2)
@@ -474,7 +474,7 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     """z = W_2 act(W_1 y + b_1) + b_2 (paper A, Sec. 2.1, FF layer without its residual).
 
-    Biases optional (off in paper A). ``mup``: paper C's muLinear pair (spec C §2.3):
+    Biases optional (off in paper A). ``mup``: paper C's muLinear pair (the authors' code):
     W ~ N(0, 1/out) used as W sqrt(out/in), bias b sqrt(out), the last layer zero.
     """
 
@@ -527,7 +527,7 @@ class Sublayer(nn.Module):
 
 
 class SublayerMLP(nn.Module):
-    """h_j = skip_j + norm_j(act_j(W_j h_{j-1} + b_j)), j = 1..J; returns h_J (spec D §2.1).
+    """h_j = skip_j + norm_j(act_j(W_j h_{j-1} + b_j)), j = 1..J; returns h_J (paper D, Sec. 2.2).
 
     The skips replace the block's MLP residual: the layer's output is h_J, as in the
     authors' `Block` (`x = self.mlp(x_tilde)`).
@@ -632,8 +632,8 @@ class EnsembleGPT(nn.Module):
 
         Each module initialises its own parameters by role, in registration order: N(0,
         0.02) for Linear and Embedding weights, N(0, 0.02 / sqrt(2 n_layer)) for the
-        residual-output projections (c_proj), zero biases, unit LayerNorm weights (spec A,
-        Sec. 1.2); the stds are `GPTConfig.std` roles, overridable per role.
+        residual-output projections (c_proj), zero biases, unit LayerNorm weights (paper A's
+        code); the stds are `GPTConfig.std` roles, overridable per role.
         """
         if len(seeds) != self.ensemble:
             raise ValueError(f"need {self.ensemble} seeds, got {len(seeds)}")
@@ -676,7 +676,7 @@ class EnsembleGPT(nn.Module):
         return self.lm_head(self.transformer["ln_f"](x))
 
     def decay_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        """(decayed, not decayed): weight decay only on Linear weight matrices (spec A, 1.3).
+        """(decayed, not decayed): weight decay only on Linear weight matrices (paper A's code).
 
         Decayed: every `EnsembleLinear` weight (c_attn, c_proj, c_fc, sublayer fc) and an
         untied lm_head.weight (a Linear weight). Not decayed: embeddings (hence the tied

@@ -8,11 +8,11 @@ and the schedules act elementwise, and gradient clipping is applied per member (
 
 At step 0, every ``eval_every`` steps and at the end the module records, per member: the
 test loss on the fixed test set, the minibatch gradient norm averaged over the steps since
-the previous evaluation (paper C's logged ``gns``, spec C §2.4), the population gradient
-norm with its noise floor when a gradient set is given (spec C §3.5 / §4.0), and any
-probes (callables of the model, e.g. attention offset masses). All of it, with the global
-random state, is saved in Lightning checkpoints, so a run resumed from one ends with the
-same numbers as an uninterrupted run.
+the previous evaluation (paper C's logged ``gns``, App. I.3, the authors' code), the
+population gradient norm with its noise floor when a gradient set is given (ours, not in
+paper C), and any probes (callables of the model, e.g. attention offset masses). All of it,
+with the global random state, is saved in Lightning checkpoints, so a run resumed from one
+ends with the same numbers as an uninterrupted run.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ own parameters, in registration order, and touches no other member. `EnsembleGPT
 walks its modules in registration order and calls it (roles in `init_member` docstrings).
 
 Normal draws are float64 ``randn`` of the member's full shape times the role's std (the
-draw order of the original nanoGPT-style scheme, spec A Sec. 1.2); a std of 0 means zeros
+draw order of the original nanoGPT-style scheme of paper A's code); a std of 0 means zeros
 and draws nothing. Biases start at 0, norm weights at 1, norm biases at 0.
 """
 
@@ -36,7 +36,7 @@ class EnsembleLinear(nn.Module):
     """y = (x W^T) * weight_mult + b * bias_mult per member; weight (E, out, in), bias (E, out).
 
     Without bias and multipliers this is the llm-baselines `Linear(bias=False)` (paper A).
-    The multipliers express paper C's `muLinear` (spec C §2.3: weight used as
+    The multipliers express paper C's `muLinear` (the authors' code: weight used as
     W * sqrt(out/in), bias as b * sqrt(out)). ``std`` is the member initialisation of the
     weight (role: linear, residual-output projection or zero-initialised last layer).
     """
@@ -82,7 +82,7 @@ class EnsembleLayerNorm(nn.Module):
     """LayerNorm over the last axis, eps 1e-5, with a per-member weight and optional bias.
 
     Weight-only is paper A's Table 1 LN (d x 1, the `gpt2` variant); with bias it is the
-    standard affine LayerNorm (paper D's trained model, spec D §2.2-2.3).
+    standard affine LayerNorm (paper D's trained model, the authors' code).
     """
 
     def __init__(self, ensemble: int, dim: int, bias: bool = False) -> None:
@@ -107,8 +107,8 @@ class EnsembleLayerNorm(nn.Module):
 class L2Norm(nn.Module):
     """Paper D's modified layer norm LN(v) = v / ||v||_2 over the last axis, LN(0) = 0.
 
-    Paper D App. A.1 (spec D §2.2): standard LN of [v; -v] without affine or eps, divided
-    by sqrt(d), first d coordinates. LN(0) := 0 is the spec's convention (needed where a
+    Paper D App. A.1 (after Rajaraman et al.): standard LN of [v; -v] without affine or eps, divided
+    by sqrt(d), first d coordinates. LN(0) := 0 is our convention (needed where a
     ReLU sublayer outputs all zeros); the division is guarded so gradients stay finite.
     """
 
@@ -169,7 +169,7 @@ class RelativePositions(nn.Module):
     """Relative-position table R, weight (E, tables, T, d), row m = distance n - i.
 
     ``tables`` is 1 (one table shared by the heads, as the authors' code of paper D) or
-    the number of heads (p^{(l,h)} per head, paper D §2.2 / spec D §2.1). Initialised as
+    the number of heads (p^{(l,h)} per head, paper D, Sec. 2.2). Initialised as
     an embedding (N(0, std^2), the code's `nn.Embedding`).
     """
 

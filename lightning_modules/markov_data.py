@@ -143,7 +143,7 @@ class MarkovEnsembleData(L.LightningDataModule):
         return self._test
 
     def gradient_set(self) -> SequenceBatch | None:
-        """The fixed set for population-gradient estimates (spec C §4.0), or None."""
+        """The fixed set for population-gradient estimates (ours), or None."""
         if self.gradset_sequences and self._gradset is None:
             self._gradset = shared_set(
                 self.members, self.gradset_sequences, self.length, self.test_seed, "gradset"

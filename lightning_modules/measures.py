@@ -47,7 +47,7 @@ def population_grad_norm(
 
     With g_m the mean gradient of chunk m (M chunks), ||E g||^2 is estimated without bias
     by (||sum_m g_m||^2 - sum_m ||g_m||^2) / (M (M - 1)); the estimate is its square root
-    clipped at 0, the floor ||std_m(g_m)|| / sqrt(M) (spec C §3.5). Gradients are
+    clipped at 0, the floor ||std_m(g_m)|| / sqrt(M) (ours, not in paper C). Gradients are
     accumulated in float64.
     """
     if chunks < 2:

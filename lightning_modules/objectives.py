@@ -8,7 +8,7 @@ is their sum, so each member's gradient is its own. Three objectives cover the f
   `BinaryLogitCE`, the same loss for models with one logit per position (paper B's
   canonical model).
 * `LastTokenLawCE`: cross-entropy at the last position only, against the exact law of the
-  next token, -sum_s y_s log(f_s + eps) (paper C, Eq. (1); spec C §0.1, with the
+  next token, -sum_s y_s log(f_s + eps) (paper C, Eq. (1); the authors' `train.py`, with the
   authors' eps = 1e-8).
 """
 
@@ -53,7 +53,7 @@ class TestEvaluation:
     """Per-member test metrics: mean loss (E,) and conditional mean predictions (E, S, S).
 
     ``transition_means[e, i, j]`` is the model's mean predicted P(x_{n+1}=j) over test
-    positions with x_n = i, e.g. f-bar_0 = [e, 0, 1] and q-hat = [e, 1, 0] (spec A, Sec. 4).
+    positions with x_n = i, e.g. f-bar_0 = [e, 0, 1] and q-hat = [e, 1, 0] (paper A, Figs. 3-4).
     """
 
     loss: np.ndarray
@@ -140,9 +140,9 @@ class BinaryLogitCE:
 class LastTokenLawCE:
     """-sum_s y_s log(f_s + eps) at the last position, y the exact next-token law (paper C).
 
-    Paper C, Eq. (1) and the authors' ``criterion`` (spec C §0.1): the model predicts only
+    Paper C, Eq. (1) and the authors' ``criterion`` (`train.py`): the model predicts only
     x_{T+1} from x_1..x_T; ``eps`` = 1e-8 in the authors' code sets the penalty of tokens
-    the model gives exactly zero mass (spec C §0.2). ``output = "probs"``: the model
+    the model gives exactly zero mass (paper C, Sec. 2.3). ``output = "probs"``: the model
     returns (E, B, S) probabilities (paper C's simplified model); ``"logits"``: it returns
     the last position's logits (``model(tokens, last_only=True)``, (E, B, 1, S)), which
     are soft-maxed (paper C, App. I.1).

@@ -10,14 +10,14 @@ from typing import Literal
 @dataclass(frozen=True)
 class OptimConfig:
     """AdamW (or plain SGD) with a schedule; Adam's beta1 = 0 is allowed (paper C's code,
-    spec C §0.5). ``algorithm = "sgd"`` is plain SGD without momentum (paper B's canonical
-    3-scalar model, the authors' ``Markov-Fixed`` code, spec B §3.4).
+    its default `momentum`). ``algorithm = "sgd"`` is plain SGD without momentum (paper
+    B's canonical 3-scalar model, the authors' ``Markov-Fixed`` code, paper B Sec. 3).
 
     Schedules: ``constant``; ``onecycle_cosine``, the authors' OneCycleLR of papers A and D
     (warm-up over ``pct_start`` from lr/div_factor, cosine down to
     lr/(div_factor*final_div_factor)); ``warmup_cosine``, linear warm-up over
     ``pct_start`` from 0 then cosine to 0. ``clip_norm`` clips each member's gradient norm
-    (paper D, spec D §5: 1.0); None disables clipping.
+    (paper D: 1.0, ours, from the authors' sweeps); None disables clipping.
     """
 
     lr: float = 1e-3

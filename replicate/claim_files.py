@@ -243,8 +243,8 @@ class Claim(Strict):
     """Why the claim is meant to hold for a model that learned nothing (a claim about the
     initialisation): its negative control (`replicate.control_record`) may then hold."""
     cpu_dependent: dict[Scale, str] | None = None
-    """Per scale, why the verdict there depends on the CPU, with the spread measured (issue
-    23): the stability check (`replicate.stability`) found that a numerically neutral
+    """Per scale, why the verdict there depends on the CPU, with the spread measured: the
+    stability check (`replicate.stability`) found that a numerically neutral
     perturbation changes it, and claims/stability.json, as the check wrote it for the code
     here, must list the claim so (`_check_cpu_dependence`). At such a scale the verdict is
     ``inconclusive`` on every machine, whatever the run's own evidence gives (kept as

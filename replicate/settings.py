@@ -24,7 +24,7 @@ OpenUnit = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 
 class ModelSettings(Strict):
-    """Transformer shape and variant (spec A, Sec. 1.2-1.4)."""
+    """Transformer shape and variant (paper A, Sec. 2.1, Tables 1-2; docs/choices.md)."""
 
     variant: Literal["theory", "gpt2"]
     activation: Literal["relu", "gelu"]

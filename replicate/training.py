@@ -92,7 +92,7 @@ class TrainingPlan:
     """Length and data shape of one training run (shared by every member).
 
     ``seq_len`` is the model's input length; ``gradset_sequences`` > 0 adds a fixed
-    gradient set for population-gradient norms (spec C §4.0), split into
+    gradient set for population-gradient norms (ours, paper C), split into
     ``gradset_chunks`` chunks.
     """
 

@@ -1,4 +1,5 @@
-"""Attention statistics on hand-made maps (spec C §4.0, spec D §5, §5.3)."""
+"""Attention statistics on hand-made maps (ours, for paper C Figs. 3-5; paper D Figs. 1-2,
+App. H)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_offset_masses_of_uniform_and_diagonal_maps() -> None:
 def test_offset_masses_batch_and_rows_without_a_key() -> None:
     """Leading axes are kept; an offset beyond first_row averages rows l >= delta only."""
     att = torch.stack([_diagonal(10, 1), _diagonal(10, 4)])
-    masses = offset_masses(att, [1, 4], first_row=2)  # spec D, k = 1: rows n >= 3
+    masses = offset_masses(att, [1, 4], first_row=2)  # paper D's a-bar, k = 1: rows n >= 3
     assert masses.shape == (2, 2)
     assert torch.equal(masses, torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64))
     # row-level check: att[row, row - 1] = 1/2 on rows 4..7 only, zero elsewhere
@@ -103,8 +104,9 @@ def test_matched_mass_on_the_pseudo_map_is_one() -> None:
 
 
 def test_matched_mass_hand_example() -> None:
-    """Spec D example x = 0,1,1,0,1,1, k = 2: I_6 = {4} (1-indexed), I_5 = {3} (x_1..x_2 =
-    (0,1) = (x_4, x_5)), I_4 = {} ... chance = mean(|I_n| / n) over non-empty rows."""
+    """The example of claim `D-EST-1-example`, x = 0,1,1,0,1,1, k = 2: I_6 = {4} (1-indexed),
+    I_5 = {3} (x_1..x_2 = (0,1) = (x_4, x_5)), I_4 = {} ... chance = mean(|I_n| / n) over
+    non-empty rows."""
     tokens = torch.tensor([[0, 1, 1, 0, 1, 1]])
     match = match_matrix(tokens, order_lags(2))
     non_empty = match[0].any(-1).nonzero().flatten().tolist()

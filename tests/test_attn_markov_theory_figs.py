@@ -104,7 +104,7 @@ def test_wrong_sign_of_w2_is_detected() -> None:
 
 
 def test_theory_coordinates_reproduce_a_random_network() -> None:
-    """The spec A, Sec. 1.2 mapping (e, p_n, a = e, b, W_*) of a trained-like random model."""
+    """The App. A mapping (e, p_n, a = e, b, W_*) of a trained-like random model."""
     cfg = GPTConfig(vocab_size=2, n_embd=4, block_size=8, tied=True, init_std=0.5)
     model = EnsembleGPT(cfg, 2)
     model.init_members([1, 2])
@@ -257,7 +257,7 @@ def test_binary_check_accepts_the_sampler() -> None:
 
 
 def test_z_score_catches_a_wrong_initial_law(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The Markov-LLM-k bug of spec A, Sec. 2: x_1 ~ Bernoulli(pi_0) instead of pi_1.
+    # The bug of the authors' code, `Markov-LLM-k`: x_1 ~ Bernoulli(pi_0) instead of pi_1.
     monkeypatch.setattr(
         fig2, "initial_law", lambda chain, law: binary_stationary(chain.p, chain.q)[::-1].copy()
     )

@@ -2,8 +2,8 @@
 
 `_reference` recomputes one member's logits position by position and head by head from
 the parameters, read by name, following the formulas the options document (paper C App.
-I.1 / Fig. 7, spec C §2.2-2.3; paper D §2.1-2.2, spec D §2.1-2.3); the batched module must
-agree with it for every option, fused and explicit attention alike.
+I.1 / Fig. 7 and the authors' code; paper D Sec. 2.2, App. A.1, B.1 and the authors' code);
+the batched module must agree with it for every option, fused and explicit attention alike.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from lightning_modules.layers import L2Norm, OneHotEmbedding
 Sub = SublayerConfig
 T = 6  # block size of every model here
 
-# paper D's MLP skeletons (spec D §2.3, the authors' `MLP_three_layers`, `MLP_new_construct`,
-# `MLP_two_layers`) and Rajaraman et al.'s FFN + LN (spec D §3.4)
+# paper D's MLP skeletons (App. B.1, the authors' `MLP_three_layers`, `MLP_new_construct`,
+# `MLP_two_layers`) and Rajaraman et al.'s FFN + LN (their Architecture 2)
 THREE = (
     Sub(bias=True, norm="affine"),
     Sub(activation="identity", norm="weight", skip="input"),
@@ -74,7 +74,7 @@ CONFIGS: dict[str, GPTConfig] = {
         tied=False,
         readout_bias=False,
     ),
-    "paperD_arch": _layers(  # spec D §2.3 D-arch: rel. PE keys+values, 3-sublayer MLP
+    "paperD_arch": _layers(  # ours (docs/choices.md): rel. PE keys+values, 3-sublayer MLP
         LayerConfig(rel_pe="key_value", norm="none", mlp="sublayers", sublayers=THREE),
         LayerConfig(norm="none", mlp="none"),
         vocab_size=2,
@@ -120,7 +120,7 @@ CONFIGS: dict[str, GPTConfig] = {
 
 
 def _norm(kind: str, v: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
-    """Spec D §2.2 (l2: v/||v||, 0 -> 0) and LayerNorm with eps 1e-5 (weight / affine)."""
+    """Paper D App. A.1 (l2: v/||v||, ours 0 -> 0) and LayerNorm with eps 1e-5 (weight / affine)."""
     if kind == "none":
         return v
     if kind == "l2":
@@ -132,7 +132,7 @@ def _norm(kind: str, v: torch.Tensor, p: dict[str, torch.Tensor], prefix: str) -
 
 
 def _attention(cfg: GPTConfig, i: int, u: list[torch.Tensor], p: dict) -> list[torch.Tensor]:
-    """Layer i's merged attention output at every position (paper D §2.1, paper C I.1)."""
+    """Layer i's merged attention output at every position (paper D Sec. 2.2, paper C I.1)."""
     layer, pre = cfg.layer(i), f"transformer.h.{i}.attn"
     h_count, dh, d = layer.n_head, layer.head_dim, cfg.n_embd
     assert h_count is not None and dh is not None
@@ -175,7 +175,7 @@ def _linear(p: dict, prefix: str, x: torch.Tensor, mult: tuple[float, float] = (
 
 
 def _gpt_mlp(cfg: GPTConfig, i: int, x: torch.Tensor, p: dict) -> torch.Tensor:
-    """W_2 act(W_1 x + b_1) + b_2; mup: spec C §2.3 W sqrt(out/in), b sqrt(out)."""
+    """W_2 act(W_1 x + b_1) + b_2; mup: the authors' muLinear, W sqrt(out/in), b sqrt(out)."""
     layer, pre = cfg.layer(i), f"transformer.h.{i}.mlp"
     d, hidden = cfg.n_embd, layer.mlp_hidden
     assert hidden is not None
@@ -188,7 +188,7 @@ def _gpt_mlp(cfg: GPTConfig, i: int, x: torch.Tensor, p: dict) -> torch.Tensor:
 
 
 def _sublayers(cfg: GPTConfig, i: int, h0: torch.Tensor, p: dict) -> list[torch.Tensor]:
-    """Spec D §2.1: h_j = skip_j + LN(sigma_j(W_j h_{j-1} + b_j)); returns h_1..h_J."""
+    """Paper D Sec. 2.2: h_j = skip_j + LN(sigma_j(W_j h_{j-1} + b_j)); returns h_1..h_J."""
     states = [h0]
     for j, sub in enumerate(cfg.layer(i).sublayers):
         pre = f"transformer.h.{i}.mlp.layers.{j}"
@@ -309,7 +309,8 @@ def test_last_only_refuses_traces_and_relative_positions() -> None:
 
 
 def test_no_scale_equals_default_scale_at_one_over_sqrt_dh() -> None:
-    """attn_scale is the logit multiplier; None means 1/sqrt(head_dim) (spec A §1.1)."""
+    """attn_scale is the logit multiplier; None means 1/sqrt(head_dim) (paper A App. A,
+    typo fixed)."""
     base = GPTConfig(vocab_size=3, n_embd=4, block_size=T, layers=(LayerConfig(n_head=2),))
     explicit = GPTConfig(
         vocab_size=3, n_embd=4, block_size=T, layers=(LayerConfig(n_head=2, attn_scale=2**-0.5),)
@@ -324,7 +325,7 @@ def test_no_scale_equals_default_scale_at_one_over_sqrt_dh() -> None:
 
 
 def test_triadic_relative_position_head_by_hand() -> None:
-    """Paper D's positional head (spec D §3.1): W_Q[pos, one] = 1, W_K[pos, pos] = 1,
+    """Paper D's positional head (App. A.2; our layout): W_Q[pos, one] = 1, W_K[pos, pos] = 1,
     p_m[pos] = m ln 3 for m in W = {1, 2} else -C gives att_{n, n-m} = 3^m / sum; the value
     table p_m[r] = 1[m = 2] read by W_V[r, r] = 1 gives r_n = att_{n, n-2}."""
     one, pos, r = 0, 1, 2
@@ -362,7 +363,7 @@ def test_triadic_relative_position_head_by_hand() -> None:
 
 
 def test_sublayer_traces_are_the_skeleton_states() -> None:
-    """mlp.j traces are h_j of spec D §2.1; the layer output is h_J (no extra residual)."""
+    """mlp.j traces are h_j of paper D Sec. 2.2; the layer output is h_J (no extra residual)."""
     cfg = CONFIGS["paperD_code"]
     model = _random_model(cfg)
     traces: list[dict[str, torch.Tensor]] = []
@@ -383,7 +384,7 @@ def test_sublayer_traces_are_the_skeleton_states() -> None:
 
 
 def test_modified_layer_norm_is_v_over_its_norm() -> None:
-    """Spec D §2.2 (D-LN-1): LN([v; -v])[:d] / sqrt(d) = v / ||v||; LN(0) := 0."""
+    """Paper D App. A.1: LN([v; -v])[:d] / sqrt(d) = v / ||v||; LN(0) := 0 (ours)."""
     gen = torch.Generator().manual_seed(0)
     for d in (4, 16, 64):
         v = torch.randn(1000, d, generator=gen, dtype=torch.float64)
@@ -487,7 +488,7 @@ def test_members_are_independent(name: str) -> None:
 
 def test_decay_groups_for_new_parameter_kinds() -> None:
     """Decayed: Linear weight matrices (incl. sublayer fc) and an untied readout; not:
-    biases, norms, embeddings and relative-position tables (spec A §1.3, spec D §2.3)."""
+    biases, norms, embeddings and relative-position tables (the authors' code, papers A and D)."""
     model = EnsembleGPT(CONFIGS["paperD_arch"], 1)
     decay, _ = model.decay_parameters()
     decayed = {n for n, p in model.named_parameters() if any(p is d for d in decay)}

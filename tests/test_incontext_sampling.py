@@ -1,5 +1,5 @@
-"""The in-context k-th-order sampler against brute force and its statistics (spec D §1.1
-D-DATA-1, §1.4; spec C §1.1-1.3)."""
+"""The in-context k-th-order sampler against brute force and its statistics (paper D
+Sec. 2.1, App. H.3; paper C Sec. 2.2, Eq. (1))."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def _within_standard_errors(counts: torch.Tensor, kernel: torch.Tensor, z: float
 @pytest.mark.parametrize("states", [2, 3])
 @pytest.mark.parametrize("order", [1, 2, 3])
 def test_transition_frequencies_match_a_fixed_kernel(states: int, order: int) -> None:
-    """D-DATA-1: ~1e6 tokens from one kernel; every frequency within 4 standard errors."""
+    """Paper D's source (Sec. 2.1): ~1e6 tokens from one kernel; every frequency within 4
+    standard errors."""
     kernel = draw_kernels(states, order, 2.0, 1, _gen(order * 10 + states))
     batch, length = 4000, 250
     tokens = sample_from_kernels(kernel.expand(batch, -1, -1), length, "uniform", _gen(1))
@@ -121,7 +122,7 @@ def test_scan_equals_the_per_sequence_loop(initial: str) -> None:
 
 @pytest.mark.parametrize("order", [1, 2, 3])
 def test_next_law_is_the_kernel_row_of_the_last_context(order: int) -> None:
-    """Paper C's soft target y = P_tau[last n-1 tokens] (spec C §1.3)."""
+    """Paper C's soft target y = P_tau[last n-1 tokens] (Eq. (1))."""
     drawn = InContextSource(states=3, order=order, alpha=0.5).draw(50, 17, _gen(11))
     for b in range(50):
         last = drawn.tokens[b, -order:].tolist()
@@ -181,7 +182,8 @@ def test_binary_substitution_is_a_bit_flip() -> None:
 
 
 def test_perturbation_marginal_is_the_mixed_kernel() -> None:
-    """E Q_t = uniform, so the observed chain has kernel (1 - eps) P + eps / S (spec D §1.4)."""
+    """E Q_t = uniform, so the observed chain has kernel (1 - eps) P + eps / S
+    (paper D, App. H.3.2)."""
     eps, batch = 0.4, 5000
     source = InContextSource(states=3, order=2, alpha=2.0, per_kernel=batch, perturbation=eps)
     drawn = source.draw(batch, 200, _gen(15))
@@ -319,7 +321,7 @@ def test_invalid_sources_are_refused() -> None:
 
 
 def test_true_next_token_nll_against_a_loop() -> None:
-    """Paper D's L_true terms (spec D §1.3, D-EST-3): log S for initial targets."""
+    """Paper D's L_true terms (the authors' ``optimal_est``): log S for initial targets."""
     drawn = InContextSource(states=3, order=2, alpha=0.5).draw(6, 12, _gen(18))
     nll = true_next_token_nll(drawn.kernels, drawn.tokens)
     assert nll.shape == (6, 11)

@@ -103,7 +103,8 @@ def test_lag_helpers_keep_the_papers_apart() -> None:
 
 
 def test_spec_d_hand_example() -> None:
-    """D-EST-1: k = 2, x = 0,1,1,0,1,1 at n = 6: after (1,1) only x_4 = 0 follows -> e_0."""
+    """Paper D's k-gram (Sec. 2.1): k = 2, x = 0,1,1,0,1,1 at n = 6: after (1,1) only x_4 = 0
+    follows -> e_0."""
     tokens = torch.tensor([[0, 1, 1, 0, 1, 1]])
     estimate = kgram_estimate(tokens, order_lags(2), 2, last_position=True)
     assert torch.equal(estimate, torch.tensor([[1.0, 0.0]], dtype=torch.float64))
@@ -115,7 +116,7 @@ def test_spec_d_hand_example() -> None:
 
 
 def test_spec_d_laplace_before_the_context_exists() -> None:
-    """Spec D §1.2: the beta = 1 estimate is 1/S for n < k and with no counts."""
+    """The authors' ``empirical_est``: the beta = 1 estimate is 1/S for n < k and with no counts."""
     tokens = torch.tensor([[0, 1, 0, 0, 1]])
     estimate = kgram_estimate(tokens, order_lags(3), 2, alpha=1.0)
     assert torch.allclose(estimate[0, :3], torch.full((3, 2), 0.5, dtype=torch.float64))
@@ -125,8 +126,9 @@ FIG2 = torch.tensor([[2, 0, 1, 2, 0, 2, 1, 1, 0, 2]])
 
 
 def test_spec_c_fig2_example() -> None:
-    """Spec C §3.3: Def. 2.1 bigram (2/3, 1/3, 0); padded bigram support {0, 1, 4, 6} with
-    (0.5, 0.25, 0.25); padded trigram support {6} with (0, 1, 0); unigram (0.3, 0.3, 0.4)."""
+    """Paper C Fig. 2-like example: Def. 2.1 bigram (2/3, 1/3, 0); padded bigram support
+    {0, 1, 4, 6} with (0.5, 0.25, 0.25); padded trigram support {6} with (0, 1, 0); unigram
+    (0.3, 0.3, 0.4)."""
     bigram = kgram_estimate(FIG2, paper_c_kgram_lags(2), 3, last_position=True)
     assert torch.allclose(bigram, torch.tensor([[2 / 3, 1 / 3, 0.0]], dtype=torch.float64))
     padded = kgram_estimate(FIG2, paper_c_kgram_lags(2), 3, pad=True, last_position=True)
@@ -142,7 +144,7 @@ def test_spec_c_fig2_example() -> None:
 
 
 def test_backoff_drops_the_largest_lag_until_a_match_exists() -> None:
-    """Spec C §1.4 ``mle``: the empty trigram match set backs off to the bigram."""
+    """Our ``mle`` convention: the empty trigram match set backs off to the bigram."""
     tokens = torch.tensor([[0, 1, 2, 0, 2, 1]])
     raw = kgram_estimate(tokens, (1, 2), 3, last_position=True)
     assert torch.isnan(raw).all()
@@ -182,7 +184,7 @@ def test_next_token_nll_and_soft_cross_entropy() -> None:
 
 
 def test_counts_match_itertools_reference_for_binary_orders() -> None:
-    """Paper D's transition counts N_n(c, s) (spec D §1.2) for every n and order 1..3."""
+    """Paper D's transition counts N_n(c, s) (Sec. 2.1) for every n and order 1..3."""
     tokens = torch.randint(0, 2, (3, 16), generator=torch.Generator().manual_seed(3))
     for k in (1, 2, 3):
         counts = kgram_counts(tokens, order_lags(k), 2)

@@ -30,7 +30,7 @@ def test_gpt2_variant_matches_table1() -> None:
     tied = EnsembleGPT(GPTConfig(variant="gpt2", block_size=1024, tied=True), ensemble=2)
     shapes = {n: tuple(p.shape[1:]) for n, p in tied.named_parameters()}
     assert {n: s for n, s in shapes.items() if n != "lm_head.bias"} == TABLE1
-    # the only parameter outside Table 1 is the lm_head bias (spec A Sec. 1.2), with 2 entries
+    # the only parameter outside Table 1 is the lm_head bias (the authors' code), with 2 entries
     assert tuple(tied.lm_head.bias.shape[1:]) == (2,)
     untied = EnsembleGPT(GPTConfig(variant="gpt2", block_size=1024, tied=False), ensemble=2)
     extra = {n: tuple(p.shape[1:]) for n, p in untied.named_parameters() if n not in TABLE1}

@@ -1,5 +1,5 @@
-"""Positive control of paper C's stage analysis (spec C §4.0): on the paper's own curves,
-as spec C reads them off Figs. 1 and 4 (`paper_readings`), with the settings params.yaml
+"""Positive control of paper C's stage analysis (our detector): on the paper's own curves,
+as we read them off Figs. 1 and 4 (`paper_readings`), with the settings params.yaml
 gives each figure at paper scale, the plateaus the figures show are found at their k-gram
 levels; a steady descent through the same losses gives none, a flat curve one."""
 
@@ -65,8 +65,8 @@ def _covers(found: Stages, shown: PaperPlateau) -> bool:
 def test_fig1_readings_give_the_unigram_bigram_and_trigram_plateaus(
     paper: Params, seed: int | None
 ) -> None:
-    """Paper C, Fig. 1: unigram (~20-250), bigram (~450-1,650), then trigram plateaus; F1a
-    and F1b (spec C §4.1) hold on the paper's own curve."""
+    """Paper C, Fig. 1: unigram (~20-250), bigram (~450-1,650), then trigram plateaus;
+    claims `C-F1a-stages`, `C-F1b-first-plateau` hold on the paper's own curve."""
     steps, loss, _ = _curve(paper, FIG1, seed)
     found = _analyse(paper, FIG1, steps, loss)
     assert found.orders == [1, 2, 3]
@@ -92,8 +92,8 @@ def test_fig4_readings_give_the_bigram_plateau_before_the_transition(
 
 
 def test_the_run_scale_rule_alone_misses_the_early_plateaus(paper: Params) -> None:
-    """Why `detect_plateaus` has ``local_scale``: with one scale for the whole run (spec C
-    §4.0 as written), Fig. 1's unigram plateau is narrower than the slope window and Fig. 4's
+    """Why `detect_plateaus` has ``local_scale``: with one scale for the whole run (steps
+    1-4 alone), Fig. 1's unigram plateau is narrower than the slope window and Fig. 4's
     bigram plateau shorter than rho t_ref, so neither is found on the paper's own curves."""
     found = {}
     for figure in (FIG1, FIG4):

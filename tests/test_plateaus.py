@@ -1,4 +1,4 @@
-"""Plateau detector and level assignment on synthetic curves (spec C §4.0)."""
+"""Plateau detector and level assignment on synthetic curves (ours, paper C)."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def test_local_scale_finds_an_early_plateau_the_run_scale_misses(seed: int) -> N
     """The plateau at steps 40-160 is shorter than rho t_max = 150 steps and narrower than
     the slope window (2 x 80 steps): judged on the scale of the steps elapsed it is found,
     and the run-scale rule's plateaus are kept as they are (the shape of paper C's Fig. 1
-    unigram plateau, spec C §4.1)."""
+    unigram plateau, as read off it)."""
     loss = _piecewise(EARLY, seed=seed)
     run = detect_plateaus(STEPS, loss)
     local = detect_plateaus(STEPS, loss, local_scale=True)

@@ -1,4 +1,4 @@
-"""Paper C's simplified disentangled transformer: forward pass and loss by hand (spec C §2.1)."""
+"""Paper C's simplified disentangled transformer: forward pass and loss by hand (Sec. 2.3)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from replicate.experiments.subngrams.common import (
 
 
 def _by_hand(model: EnsembleDisentangled, member: int, x: list[int]) -> np.ndarray:
-    """Spec C §2.1 forward pass with explicit loops over positions (one sequence)."""
+    """Paper C's Sec. 2.3 forward pass with explicit loops over positions (one sequence)."""
     a1, v1 = model.A1[member].detach().numpy(), model.V1[member].detach().numpy()
     q, kt = model.Q[member].detach().numpy(), model.Kt[member].detach().numpy()
     s, t = model.states, len(x)
@@ -65,7 +65,7 @@ def test_forward_and_loss_match_hand_computation() -> None:
 
 
 def test_absent_tokens_get_zero_mass() -> None:
-    """The output is a convex combination of context tokens (spec C §0.2)."""
+    """The output is a convex combination of context tokens (paper C, Eq. (9))."""
     model = _model("S")
     probs = model(torch.tensor([[[0, 1, 0, 1, 1, 0, 0]]]).expand(2, -1, -1))
     assert (probs[..., 2] == 0).all()

@@ -1,4 +1,4 @@
-"""Paper C's stage analysis on a synthetic two-stage curve (spec C §4.0, §4.6)."""
+"""Paper C's stage analysis on a synthetic two-stage curve (our detector; App. I.3, Fig. 6)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_second_plateau_is_the_first_below_the_ngram_level_not_the_longest() -> 
     stage = stages(steps, loss, [1.626, 1.611, 1.433], settings, 0.0043)
     assert len(stage.plateaus) == 2 and 3 not in stage.orders
     first, after = stage.plateaus
-    assert after.t1 - after.t0 > first.t1 - first.t0  # the spec's "longest" would be `after`
+    assert after.t1 - after.t0 > first.t1 - first.t0  # a "longest" reading would pick `after`
     assert stage.second_plateau(3) is first and first.t1 < 5500 < after.t0
     assert abs(first.level - 1.632) < 0.002
 

@@ -1,7 +1,7 @@
 """Paper D's trained model: the authors' code as a setting of D-arch.
 
-The authors' model (spec D §2.3, "Facts from the released code", `src/models/base.py`) is
-written out here from the spec and compared with what `darch_config` builds when
+The authors' model (their released code, `src/models/base.py`) is
+written out here from that file and compared with what `darch_config` builds when
 ``value_rpe=False, mlp="code", tied=True``: its trained parameters, one by one, and its MLP.
 """
 

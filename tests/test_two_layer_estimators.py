@@ -28,7 +28,7 @@ from replicate.training import gpt_ensemble
 
 
 def test_spec_example_k2() -> None:
-    """spec D D-EST-1: x = 0,1,1,0,1,1 at n = 6 (k = 2): the only match is i = 4, x_4 = 0."""
+    """D-EST-1, by hand: x = 0,1,1,0,1,1 at n = 6 (k = 2): the only match is i = 4, x_4 = 0."""
     seq = [0, 1, 1, 0, 1, 1]
     assert brute_force_estimate(seq, 2, 2, 6) == [1.0, 0.0]
     shared = kgram_estimate(torch.tensor([seq]), order_lags(2), 2)[0, 5]

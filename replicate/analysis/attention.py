@@ -15,8 +15,8 @@ import torch
 def offset_masses(att: torch.Tensor, offsets: Sequence[int], first_row: int) -> torch.Tensor:
     """mean over rows l >= max(first_row, delta) of att[..., l, l - delta]: (..., len(offsets)).
 
-    * paper C's m_h(delta) (spec C §4.0): ``first_row=3``, offsets 0..3;
-    * paper D's a-bar_m (spec D §5.3, rows n in [2k+1, T] 1-indexed): ``first_row=2 * k``.
+    * paper C's m_h(delta) (ours, for Figs. 3-5): ``first_row=3``, offsets 0..3;
+    * paper D's a-bar_m (Fig. 2; ours: rows n in [2k+1, T] 1-indexed): ``first_row=2 * k``.
       Rows whose key l - delta would be negative are left out of that offset's mean.
     Average the result over sequences (leading axes) as the figure needs.
     """
@@ -37,7 +37,7 @@ def head_on_offset(
     threshold: float = 0.4,
     dominance: float = 2.0,
 ) -> int | None:
-    """The offset delta a head is *on*, or None (spec C §4.0): m(delta) >= threshold and
+    """The offset delta a head is *on*, or None (ours, paper C): m(delta) >= threshold and
     m(delta) >= dominance * max_{delta' != delta} m(delta'). ``masses`` is one head's
     `offset_masses` over ``offsets``."""
     values = [float(m) for m in masses]
@@ -52,11 +52,11 @@ def head_on_offset(
 
 @dataclass(frozen=True)
 class ModelState:
-    """State of a model from its first-layer heads (spec C §4.0 table).
+    """State of a model from its first-layer heads (ours, paper C Figs. 3-5).
 
     ``lags``: the sorted distinct offsets >= 1 some head is on. unigram: none; bigram:
-    lags == (1,); trigram: lags == (1, 2), "or another pair" (the table asks to record the
-    lags, e.g. (1, 3) of spec C §4.1). ``order`` = len(lags) + 1 counts the conditioned
+    lags == (1,); trigram: lags == (1, 2), or another pair (its lags are recorded, e.g. the
+    non-contiguous (1, 3) of paper C App. F.2). ``order`` = len(lags) + 1 counts the conditioned
     tokens + 1, so a single head on delta = 2 is order 2 with lags (2,).
     """
 
@@ -85,7 +85,7 @@ def model_state(
 
 def shift_match(match: torch.Tensor, shift: int) -> torch.Tensor:
     """The match set moved by ``shift`` key columns (i -> i + shift), kept causal: the
-    -1 / +1 controls of spec D §5.2 D-F1-1."""
+    -1 / +1 controls of claim `D-F1-1-shift` (ours)."""
     length = match.shape[-1]
     moved = torch.zeros_like(match)
     if shift >= 0:
@@ -96,7 +96,8 @@ def shift_match(match: torch.Tensor, shift: int) -> torch.Tensor:
 
 
 def matched_mass(att: torch.Tensor, match: torch.Tensor, shift: int = 0) -> torch.Tensor:
-    """MM per sequence (spec D §5): mean over rows n with I_n != {} of sum_{i in I_n} A[n, i].
+    """MM per sequence (ours, paper D Fig. 1): mean over rows n with I_n != {} of
+    sum_{i in I_n} A[n, i].
 
     ``match`` (B, T, T) bool is I_n by row (`replicate.analysis.match_matrix` with
     `order_lags(k)`). With ``shift`` the mass is read on the shifted set (`shift_match`)
@@ -110,7 +111,7 @@ def matched_mass(att: torch.Tensor, match: torch.Tensor, shift: int = 0) -> torc
 
 
 def matched_mass_chance(match: torch.Tensor) -> torch.Tensor:
-    """Chance level of `matched_mass` (spec D §5): mean over rows with I_n != {} of |I_n| / n,
+    """Chance level of `matched_mass` (ours): mean over rows with I_n != {} of |I_n| / n,
     n = row + 1 (1-indexed), the mass a uniform causal map puts on I_n. Returns (B,)."""
     rows = match.any(-1)
     visible = torch.arange(1, match.shape[-1] + 1, device=match.device, dtype=torch.float64)
@@ -119,6 +120,6 @@ def matched_mass_chance(match: torch.Tensor) -> torch.Tensor:
 
 
 def frobenius_distance(att: torch.Tensor, pseudo: torch.Tensor) -> torch.Tensor:
-    """F = ||A - A^ps||_F per map (paper D App. H.4; spec D §5): (...,) over the last two
+    """F = ||A - A^ps||_F per map (paper D App. H.4): (...,) over the last two
     axes, with A^ps from `replicate.analysis.pseudo_attention_map`."""
     return torch.linalg.matrix_norm(att.to(torch.float64) - pseudo.to(torch.float64))

@@ -7,10 +7,10 @@ every h in H; the estimator counts the tokens x[i] over the matching keys i:
     N_q(s) = #{ i : min_key <= i <= q, i matches q, x[i] = s }
 
 * ``min_key`` defaults to max(H), so every lagged token exists. This is paper C's Def. 2.1
-  (positions l = k-1..T-1, spec C §1.4) and paper D's match set I_n (1-indexed
-  i >= k+1, spec D §1.2 and §5 "Pseudo attention map"). A lagged index below 0 (key or
+  (positions l = k-1..T-1, 0-indexed) and paper D's match set I_n (1-indexed
+  i >= k+1, Sec. 2.1 and App. H.1's pseudo attention map). A lagged index below 0 (key or
   query side) never matches.
-* ``pad=True``: paper C's padding convention of theta_*^k (spec C §3.1, pad(m) = max(m, 0)):
+* ``pad=True``: paper C's padding convention of theta_*^k (Eq. (8a), pad(m) = max(m, 0)):
   a lagged index below 0 reads x[0], and every key i >= 0 is allowed (min_key default 0).
 
 Which lags? The two papers count the history differently; never pass k itself:
@@ -21,9 +21,9 @@ Which lags? The two papers count the history differently; never pass k itself:
 
 Smoothing: add-alpha, (N + alpha) / (sum N + S alpha) (alpha = 1 is paper D's Laplace
 beta = 1, the Bayes predictive under Dirichlet(1); paper C's dashed lines use alpha = the
-Dirichlet alpha, spec C §1.5). alpha = 0 is the raw MLE, NaN on an empty match set unless
-``backoff=True`` (spec C §1.4 convention ``mle``: drop the largest lag until the match set
-is non-empty).
+Dirichlet alpha, the authors' `train.py`). alpha = 0 is the raw MLE, NaN on an empty match
+set unless ``backoff=True`` (our convention ``mle``, Def. 2.1 being 0/0: drop the largest lag
+until the match set is non-empty).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def paper_c_kgram_lags(k: int) -> tuple[int, ...]:
 
 
 def order_lags(k: int) -> tuple[int, ...]:
-    """Lags of paper D's order-k estimator (spec D §1.2): it conditions on k tokens."""
+    """Lags of paper D's order-k estimator (Sec. 2.1): it conditions on k tokens."""
     if k < 0:
         raise ValueError(f"order must be >= 0, got {k}")
     return tuple(range(1, k + 1))
@@ -133,7 +133,8 @@ def kgram_counts(
 
 
 def add_alpha(counts: torch.Tensor, alpha: float) -> torch.Tensor:
-    """(N + alpha) / (sum N + S alpha) along the last axis (spec C §1.5, spec D §1.2)."""
+    """(N + alpha) / (sum N + S alpha) along the last axis (paper C's `train.py`;
+    paper D, Sec. 3)."""
     states = counts.shape[-1]
     return (counts + alpha) / (counts.sum(-1, keepdim=True) + states * alpha)
 
@@ -154,7 +155,7 @@ def kgram_estimate(
 
     alpha > 0: add-alpha smoothing. alpha = 0: the MLE, NaN where the match set is empty,
     or with ``backoff=True`` the MLE of the lag set without its largest lag, recursively
-    (spec C §1.4 ``mle``; ``min_key`` left None follows each lag set's own default).
+    (our ``mle`` convention; ``min_key`` left None follows each lag set's own default).
     """
     lags = _check_lags(lags)
     if backoff and alpha != 0:
@@ -183,8 +184,8 @@ def pseudo_attention_map(
     tokens: torch.Tensor, lags: Lags, *, min_key: int | None = None, pad: bool = False
 ) -> torch.Tensor:
     """A^ps[b, q, i] = 1[i matches q] / |I_q| (B, L, L) float64; rows with an empty match
-    set are all zero. With ``order_lags(k)`` this is paper D's pseudo attention map (spec D
-    §5; row q is 1-indexed n = q + 1, key column i is 1-indexed i + 1)."""
+    set are all zero. With ``order_lags(k)`` this is paper D's pseudo attention map (App.
+    H.1; row q is 1-indexed n = q + 1, key column i is 1-indexed i + 1)."""
     match = match_matrix(tokens, lags, min_key=min_key, pad=pad).to(torch.float64)
     sizes = match.sum(-1, keepdim=True)
     return match / sizes.clamp(min=1.0)
@@ -192,17 +193,17 @@ def pseudo_attention_map(
 
 def next_token_nll(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """-log probs[b, q, x_{q+1}] for q = 0..L-2: (B, L - 1), the per-position loss of an
-    all-positions estimator (paper D's L_kgram terms, spec D §1.3)."""
+    all-positions estimator (paper D's L_kgram terms, the authors' `empirical_est`)."""
     target = tokens[:, 1:].unsqueeze(-1)
     return -torch.log(probs[:, :-1].gather(-1, target).squeeze(-1))
 
 
 def soft_cross_entropy(probs: torch.Tensor, target: torch.Tensor, eps: float = 1e-8) -> float:
-    """mean over the batch of -sum_s y_s log(f_s + eps) (paper C, Eq. (1); spec C §1.5).
+    """mean over the batch of -sum_s y_s log(f_s + eps) (paper C, Eq. (1); the authors' `train.py`).
 
     For paper C's dashed lines use ``kgram_estimate(..., last_position=True, alpha=alpha,
     min_key=n - 1)`` for every k < n: the authors' code counts only positions i >= n - 1
     whose full (n-1)-history exists, and the unigram (no lags) keeps min_key = 0
-    (spec C §1.5 "Smoothing").
+    (the authors' `train.py`).
     """
     return float(-(target * torch.log(probs + eps)).sum(-1).mean())

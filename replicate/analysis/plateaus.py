@@ -1,8 +1,8 @@
-"""Plateaus and transitions of a test-loss curve, and their k-gram levels (spec C §4.0).
+"""Plateaus and transitions of a test-loss curve, and their k-gram levels (ours, paper C).
 
 The detector needs no level in advance: it finds flat stretches of the smoothed curve
-relative to the curve's own mean descent rate, over the whole run (the spec's rule) and, with
-``local_scale``, over the run so far (paper C's stage analysis). Defaults are the spec's
+relative to the curve's own mean descent rate, over the whole run (our rule) and, with
+``local_scale``, over the run so far (paper C's stage analysis). Defaults are our
 calibrated values.
 """
 
@@ -58,7 +58,7 @@ def _flat_runs(flat: np.ndarray) -> list[tuple[int, int]]:
 
 def _slopes(t: np.ndarray, smooth: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """s_j = (L~_{j-h_j} - L~_{j+h_j}) / (t_{j+h_j} - t_{j-h_j}) with indices clipped to the
-    curve (spec C §4.0, step 3), and the clipped indices j + h_j."""
+    curve (`detect_plateaus`, step 3), and the clipped indices j + h_j."""
     index = np.arange(len(t))
     before = np.clip(index - h, 0, len(t) - 1)
     after = np.clip(index + h, 0, len(t) - 1)
@@ -80,7 +80,7 @@ def detect_plateaus(
     floor: float | None = None,
     local_scale: bool = False,
 ) -> list[Plateau]:
-    """Plateaus of a loss curve evaluated at increasing ``steps`` (spec C §4.0, steps 1-4).
+    """Plateaus of a loss curve evaluated at increasing ``steps`` (ours, steps 1-4).
 
     1. L~ = centred running median of the loss over ``window`` evaluations.
     2. Delta = L~_0 - ``floor`` (min L~ when None), r = Delta / t_ref,
@@ -107,8 +107,8 @@ def detect_plateaus(
     plateaus of paper C's own curves, whose stages lengthen as training proceeds: at E = 16,
     Fig. 1's unigram plateau (steps ~20-250 of t_ref = 6,144) is narrower than the slope
     window (+-160 steps), and Fig. 4's bigram plateau (~200-320 of 4,096) shorter than
-    rho t_ref = 123 steps plus its window (+-96 steps) (spec C §4.1, §4.5; readings in
-    `replicate.experiments.subngrams.paper_readings`). The spec's detector distils the
+    rho t_ref = 123 steps plus its window (+-96 steps) (read off paper C's Figs. 1 and 4;
+    readings in `replicate.experiments.subngrams.paper_readings`). Our detector distils the
     paper's figures; where they disagree, the figures win. The local rule, at evaluation j:
     * time scale: T_j = t_j - t_0 clipped to [T_min, t_ref], T_min = (window // 2) E /
       slope_span; at shorter scales the slope window would be narrower than the running
@@ -125,7 +125,7 @@ def detect_plateaus(
       point with a plateau of step 4.
     So the local rule adds the plateaus that are flat and long relative to the time the
     run took to reach them, wherever the run stops, and that the run-scale rule cannot
-    resolve; the plateaus of step 4 and the merging are the spec's, unchanged. A steady
+    resolve; the plateaus of step 4 and the merging are the run-scale rule's, unchanged. A steady
     descent is never flat by the local rule (its slope is its own mean rate, twice the
     threshold), and a curve flat at its first loss is one plateau by both rules.
     """
@@ -169,7 +169,7 @@ def detect_plateaus(
 
 
 def transitions(plateaus: Sequence[Plateau]) -> list[Transition]:
-    """The stretches between consecutive plateaus and their drops (spec C §4.0, step 5)."""
+    """The stretches between consecutive plateaus and their drops (ours)."""
     return [Transition(p.t1, q.t0, p.level - q.level) for p, q in itertools.pairwise(plateaus)]
 
 
@@ -181,7 +181,7 @@ def assign_level(
     upper_margin: float = 0.02,
     final_margin: float = 0.05,
 ) -> int | None:
-    """The order k (1-indexed) a plateau level belongs to, or None (spec C §4.0).
+    """The order k (1-indexed) a plateau level belongs to, or None (ours, docs/choices.md).
 
     ``baselines`` = b_1 > b_2 > ... > b_n, the add-alpha k-gram losses on the same test
     set. Bands: b_k - lower_fraction (b_k - b_{k+1}) <= level <= b_k + upper_margin for

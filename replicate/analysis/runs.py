@@ -1,7 +1,7 @@
 """Run-level measurements shared by the training experiments.
 
 Oracles are evaluated on the run's own test batch so that test-sample noise cancels in
-every comparison (spec A, Sec. 2); kappa and the run classes follow spec A, Sec. 4.
+every comparison (ours); kappa and the run classes are ours (docs/choices.md).
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def oracle_losses(tokens: torch.Tensor, kernel: np.ndarray) -> tuple[float, floa
 
 
 def gap_closed(loss: float, oracle_bigram: float, oracle_unigram: float) -> float:
-    """kappa = (L_uni - L) / (L_uni - L_bi): 1 at the bigram, 0 at the unigram (spec A, Sec. 4)."""
+    """kappa = (L_uni - L) / (L_uni - L_bi): 1 at the bigram, 0 at the unigram (ours)."""
     return (oracle_unigram - loss) / (oracle_unigram - oracle_bigram)
 
 
 def classify(kappa: float, thresholds: Classification) -> RunClass:
-    """The run's class from kappa (spec A, Sec. 4): BIGRAM at kappa >= ``bigram_kappa_min``,
+    """The run's class from kappa (ours, docs/choices.md): BIGRAM at kappa >= ``bigram_kappa_min``,
     UNIGRAM in [``unigram_kappa_min``, ``unigram_kappa_max``] (the loss within that many
     gaps of the unigram loss, on either side), UNLEARNED below it, else INTERMEDIATE."""
     if kappa >= thresholds.bigram_kappa_min:
@@ -80,7 +80,8 @@ def first_positions(sequence: np.ndarray, state: int, count: int) -> np.ndarray:
 
 
 def binary_output_layer(module: EnsembleModule) -> tuple[np.ndarray, np.ndarray]:
-    """(|a|, b) per member for a binary vocabulary: a = w_1 - w_0, b = b_1 - b_0 (spec A, 1.2)."""
+    """(|a|, b) per member for a binary vocabulary: a = w_1 - w_0, b = b_1 - b_0
+    (derived; paper A, App. A)."""
     w = module.model.lm_head.weight.detach().double()
     bias = module.model.lm_head.bias.detach().double()
     return (w[:, 1] - w[:, 0]).norm(dim=-1).numpy(), (bias[:, 1] - bias[:, 0]).numpy()

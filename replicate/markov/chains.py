@@ -122,12 +122,12 @@ def binary_unigram_entropy(p: float, q: float) -> float:
 
 
 def symmetric_entropy_rate(n_states: int, p: float) -> float:
-    """h(p) + p ln(S - 1) for the symmetric S-state chain (spec A, Sec. 3.2, derived)."""
+    """h(p) + p ln(S - 1) for the symmetric S-state chain (paper A, Sec. 4.3; derived)."""
     n_states = _check_states(n_states)
     p = _check_open_unit("p", p)
     return binary_entropy(p) + p * math.log(n_states - 1)
 
 
 def symmetric_unigram_entropy(n_states: int) -> float:
-    """ln S: the symmetric chain's stationary law is uniform (spec A, Sec. 3.2)."""
+    """ln S: the symmetric chain's stationary law is uniform (paper A, Sec. 4.3; derived)."""
     return math.log(_check_states(n_states))

@@ -2,14 +2,14 @@
 
 Papers C and D train on sequences whose transition kernel is itself random: every row
 P[c] ~ Dirichlet(alpha * 1_S), independently for each of the S**order contexts (paper C,
-Sec. 2.2 and spec C §1.1; paper D, spec D §1.1 with alpha = 1).
+Sec. 2.2 and the authors' `problems.py`; paper D, Sec. 2.1 with alpha = 1).
 
 Conventions (used by every function here):
 
 * ``order`` k = number of previous tokens the next token depends on (paper D's k; paper C's
   n - 1). A kernel is (S**k, S); a batch of kernels is (..., S**k, S), float64.
 * Context index of the window (x_{t-k}, ..., x_{t-1}): c = sum_j x_{t-k+j} S**(k-1-j), the
-  *oldest token is the most significant digit* (spec D §1.1, the authors' ``powers``).
+  *oldest token is the most significant digit* (the authors' ``powers``, paper D's code).
 * A path is driven by pre-drawn i.i.d. uniforms u (batch, length): the first k tokens come
   from the initial law, then x_t = F^{-1}_{P[c_t]}(u_t) (inverse CDF of the kernel row of
   the current context). The uniforms u_1..u_{k-1} are unused under the stationary law
@@ -98,7 +98,7 @@ def draw_kernels(
 ) -> torch.Tensor:
     """``count`` kernels (count, S**order, S), each row ~ Dirichlet(alpha * 1_S).
 
-    Paper C, Sec. 2.2 (spec C §1.1); paper D with alpha = 1 (spec D §1.1).
+    Paper C, Sec. 2.2; paper D, Sec. 2.1, with alpha = 1.
     """
     _check_shape_args(states, order)
     if not alpha > 0:
@@ -145,7 +145,7 @@ def kernel_order(kernels: torch.Tensor) -> int:
 def context_indices(tokens: torch.Tensor, order: int, states: int) -> torch.Tensor:
     """Index of every length-``order`` window: out[..., j] = c(x_j, ..., x_{j+order-1}).
 
-    Oldest token most significant (spec D §1.1); shape (..., L - order + 1).
+    Oldest token most significant (paper D's code); shape (..., L - order + 1).
     """
     windows = tokens.unfold(-1, order, 1)
     powers = states ** torch.arange(order - 1, -1, -1, device=tokens.device)
@@ -174,7 +174,7 @@ def lifted_stationary(kernels: torch.Tensor) -> torch.Tensor:
 
     Solves pi (Xi - I) = 0 with sum(pi) = 1 (one equation replaced by the normalisation),
     batched in float64; unique for Dirichlet kernels, whose rows are a.s. positive (paper C,
-    App. H.1; spec C §1.2 option ``stationary``).
+    App. H.1; our option ``stationary``).
     """
     lifted = lifted_kernel(kernels.to(torch.float64))
     rows = lifted.shape[-1]
@@ -224,7 +224,7 @@ def _scan(
     eps: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Extend ``first`` (batch, k) to (batch, L) with x_t = F^{-1}_{row_t}(u_t); row_t =
-    P[c_t], or (1 - eps) P[c_t] + eps mix[:, t] when ``mix`` is given (spec D §1.4).
+    P[c_t], or (1 - eps) P[c_t] + eps mix[:, t] when ``mix`` is given (paper D, Eq. (23)).
     One vectorised step per position: gather the current context's row for the whole
     batch, invert its CDF at u_t, shift the context. Returns the tokens and the context
     index of the last k tokens.
@@ -313,8 +313,8 @@ def sample_from_kernels_loop(
 def true_next_token_nll(kernels: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """-log P(x_{t} | x_{t-k..t-1}) for every target t = 1..L-1: (batch, L - 1), float64.
 
-    Paper D's L_true (spec D §1.3, the authors' ``optimal_est``) is its mean. Targets that are
-    initial tokens (t < k, 0-indexed) get -log(1/S) = log S: the spec's convention, exact for
+    Paper D's L_true (App. H.3, the authors' ``optimal_est``) is its mean. Targets that are
+    initial tokens (t < k, 0-indexed) get -log(1/S) = log S: as in the authors' code, exact for
     the uniform initial law. ``kernels`` (batch, S**k, S), ``tokens`` (batch, L) clean.
     """
     kernels = kernels.to(torch.float64)
@@ -352,7 +352,7 @@ class InContextSource:
     ``initial``: first k tokens i.i.d. uniform (paper C's code, paper D) or one window from
     the stationary law of the lifted chain of the clean kernel (paper C, App. H.1).
 
-    Noise (paper D, App. H.3; spec D §1.4; at most one of them non-zero):
+    Noise (paper D, App. H.3.1 and H.3.2; at most one of them non-zero):
 
     * ``substitution`` eps: after drawing the clean path, every token (initial ones
       included) is independently replaced with probability eps by a uniform *other*
@@ -367,7 +367,7 @@ class InContextSource:
       with kernel (1 - eps) P + eps / S).
 
     Without noise ``next_law`` = P[c] of the last k tokens: paper C's soft target y
-    (spec C §1.3).
+    (Eq. (1)).
     """
 
     states: int
@@ -475,7 +475,7 @@ class InContextSource:
         return InContextDraw(kernels, clean, clean, law)
 
     def _substitute(self, clean: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Replace each token w.p. eps by a uniform other symbol (spec D §1.4)."""
+        """Replace each token w.p. eps by a uniform other symbol (paper D, App. H.3.1)."""
         shape, device = clean.shape, clean.device
         flip = torch.rand(shape, dtype=torch.float64, generator=generator, device=device)
         other = torch.rand(shape, dtype=torch.float64, generator=generator, device=device)

@@ -7,57 +7,58 @@ Transformers" (the workshop version; docs/papers.md); the checks follow its Sec.
 Everything here is float64 and exact: the population loss of Eq. (1) is computed by
 enumerating all S^N input sequences with their probability under (pi, P), x_1 ~ pi
 (paper A, Sec. 3 "Data"), so gradients and Hessians (torch.func on a flat parameter vector)
-carry no Monte-Carlo noise. `run_theorem_checks` runs spec A, Sec. 5.2 items 1-10 and returns
-one `CheckRow` per check; `flat_metrics` turns the rows into {"<check id>.<name>": value}.
+carry no Monte-Carlo noise. `run_theorem_checks` runs the checks, items 1-10 (the
+`*_rows` functions below, in order), and returns one `CheckRow` per check; `flat_metrics`
+turns the rows into {"<check id>.<name>": value}.
 
 Conventions
 -----------
 * Binary model (S = 2) in the paper's Uni-embedding coordinates (Sec. 3): x_n = x_n e + p_n,
   a scalar logit <a, z_n> + b and f = sigmoid(logit). Multi-state model (S > 2; journal
-  version Sec. 4.3, spec Sec. 1.1): x_n = E[x_n] + p_n, logits A z_n + b with b in R^S and a
+  version Sec. 4.3; bias form ours): x_n = E[x_n] + p_n, logits A z_n + b with b in R^S and a
   softmax. `TheoryParams.a is None` means weight tying (a = e, resp. A = E).
 * Attention is causal, single-head, softmax(<W_Q x_n, W_K x_i> / sqrt(m)) over i <= n; no
   layer norm; ReLU feed-forward; residual connections (Sec. 2.1, App. A).
 * `theory_forward` returns the full next-token law, shape (batch, N, S); for the binary model
   column 1 is the paper's f_theta(x_1^n).
 
-Where spec A and the paper differ (the paper wins; each point was checked numerically)
-----------------------------------------------------------------------------------------
+Where our reading departs from the printed formulas (each point was checked numerically)
+-----------------------------------------------------------------------------------------
 1. Attention scale. App. A prints att_{n,i} = softmax(<q_n, k_1>, ..., <q_n, k_n>) / sqrt(d),
-   i.e. the factor 1/sqrt(d) *outside* the softmax; spec Sec. 1.1 and this module use the
+   i.e. the factor 1/sqrt(d) *outside* the softmax; this module (our choice) uses the
    standard softmax(<q, k> / sqrt(m)). Both are reparametrisations (of W_O resp. W_Q) and
    every construction below has W_O = 0, so no check depends on the choice.
 2. Eq. (10), w_*. The paper's w_*^2 = (2/d^2)(1 - L/d) assumes r = d (App. B.2 writes
-   beta_1 = -w^2 d^2 / 2; for W_1 = w 1_r 1_d^T it is -w^2 d r / 2). We use the spec's
+   beta_1 = -w^2 d^2 / 2; for W_1 = w 1_r 1_d^T it is -w^2 d r / 2). We use our derived
    w_*^2 = 2(1 - L/d)/(d r), which equals the paper's value when r = d; the printed value is
    kept (`w_star_printed`) for the negative check. Not a disagreement with the paper's
    *statement* (Thm. 1), only with its formula outside r = d.
-3. Eq. (7) writes 1 in R^{D-d}; it is 1 in R^d (spec Sec. 7 item 7 agrees).
-4. Spec Sec. 5.2 item 6 says that at the tied theta_pi with p + q < 1 and *constant* p_n
+3. Eq. (7) writes 1 in R^{D-d}; it is 1 in R^d (a typo).
+4. Item 6 below reads Eq. (12) as: at the tied theta_pi with p + q < 1 and *constant* p_n
    the Hessian has the eigenvalue 2 pi_0 pi_1 (p+q-1) with multiplicity d. That holds for
-   p_n = 0 (the spec's own numbers in Sec. 3.4 use p_n = 0). For a constant p_n = c != 0 the
+   p_n = 0 (then u = 0 and V = 2(p+q-1) I in Eq. (12)). For a constant p_n = c != 0 the
    eigenvalue holds with multiplicity d in the Schur complement of H_alpha over b, and the
    full Hessian has exactly d negative eigenvalues (Sylvester's law of inertia), but their
    values differ. The same holds for the multi-state minimum eigenvalue
-   (2/S)(pS/(S-1) - 1) of spec item 9. Both readings are checked.
-5. Spec Sec. 5.2 item 6 says that with random p_n "the paper claims only minimum or
-   saddle; record it". The paper (B.4, Eq. 12) determines the answer: by the inertia of
+   (2/S)(pS/(S-1) - 1) of item 9. Both readings are checked.
+5. For random p_n and p + q < 1, B.4 says only that theta_pi is a "local minimum or
+   saddle point". The paper (B.4, Eq. 12) determines the answer: by the inertia of
    Eq. (12), the number of negative Hessian eigenvalues equals the number of eigenvalues of
    Cov({p_n}) below 2(1 - p - q). We check that prediction instead of only recording it.
 6. Thm. 3 is stated for p + q > 1; its proof (B.5) makes theta_pi a saddle for every
-   p + q != 1, which is what spec item 7 checks. No conflict, but the (0.2, 0.3) untied row
+   p + q != 1, which is what item 7 checks. No conflict, but the (0.2, 0.3) untied row
    goes beyond the theorem's statement.
 7. The paper's "lambda = 2(p+q-1) works" (end of B.4) omits the factor pi_0 pi_1 and holds
-   only for sum_n p_n = 0; spec Sec. 7 item 9 says the same. The checks use Eq. (12) itself.
-8. App. D, Eq. (29) prints sigma(-1.3897) = 0.199; spec Sec. 4 calls this "0.1995 truncated".
+   only for sum_n p_n = 0. The checks use Eq. (12) itself.
+8. App. D, Eq. (29) prints sigma(-1.3897) = 0.199, which reads as "0.1995 truncated".
    The exact value is 0.19946, so 0.199 is the correctly *rounded* 3-decimal value. We use
    the paper's printed numbers as targets with the printing precision as tolerance.
 9. App. D, Eq. (21) drops the factor w_1 d from the ReLU output (it should read
    r_i = w_1 d (e + p)); Eq. (23) and Eq. (26) carry it and are exact for W_O = 0, which
    `appendix_d_params` confirms against `theory_forward`.
 
-The multi-state threshold p > (S-1)/S and the E-block formula are spec A's derivations
-([D], Sec. 3.4), not paper claims; the check ids say "A-MS" to keep them apart.
+The multi-state threshold p > (S-1)/S and the E-block formula are our own derivations
+(`multistate_e_block`), not paper claims; the check ids say "A-MS" to keep them apart.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class TheoryParams:
     """Parameters of paper A's single-layer model in its own coordinates (Sec. 2.1, Sec. 3).
 
     Binary: e (d,) is e = e_1 - e_0, p_n (N, d) absorbs e_0 (Sec. 3, Uni-embedding), a (d,),
-    b scalar. Multi-state (journal Sec. 4.3, spec Sec. 1.1): e is the S x d embedding E,
+    b scalar. Multi-state (journal Sec. 4.3; bias ours): e is the S x d embedding E,
     a the S x d output matrix, b (S,). W_Q, W_K, W_V (m, d), W_O (d, m), W_1 (r, d),
     W_2 (d, r). ``a is None`` means weight tying a = e (Sec. 3); a is then no free parameter.
     """
@@ -140,7 +141,7 @@ class TheoryParams:
 
 @dataclass(frozen=True)
 class ModelSizes:
-    """d (embedding), m (head), r (FF hidden), n_positions (N); spec A, Sec. 5.1 defaults."""
+    """d (embedding), m (head), r (FF hidden), n_positions (N); our defaults."""
 
     d: int = 3
     m: int = 3
@@ -224,7 +225,7 @@ def untie(params: TheoryParams) -> TheoryParams:
 
 
 # ---------------------------------------------------------------------------------------
-# Exact population loss (paper A, Eq. (1), Lemma 1; spec A, Sec. 5.1)
+# Exact population loss (paper A, Eq. (1), Lemma 1; enumeration ours)
 # ---------------------------------------------------------------------------------------
 
 
@@ -260,7 +261,7 @@ def binary_law(p: float, q: float, length: int) -> SequenceLaw:
 
 
 def symmetric_law(n_states: int, p: float, length: int) -> SequenceLaw:
-    """Symmetric S-state chain started from its (uniform) stationary law (spec A, Sec. 2)."""
+    """Symmetric S-state chain started from its (uniform) stationary law (journal Sec. 4.3)."""
     kernel = symmetric_kernel(n_states, p)
     return SequenceLaw.from_kernel(kernel, stationary_distribution(kernel), length)
 
@@ -268,8 +269,8 @@ def symmetric_law(n_states: int, p: float, length: int) -> SequenceLaw:
 def population_loss(params: TheoryParams, law: SequenceLaw) -> Tensor:
     """L(theta) = (1/N) sum_n E_{x_1^n}[CE(P(x_n, .), P_theta(. | x_1^n))].
 
-    Eq. (1) with x_{n+1} integrated out given x_n (paper A, App. B.6, second line; spec A,
-    Sec. 5.1). The law's length is N.
+    Eq. (1) with x_{n+1} integrated out given x_n (paper A, App. B.6, second line; our
+    exact enumeration). The law's length is N.
     """
     log_probs = next_token_log_probs(params, law.tokens)
     cross_entropy = -(law.kernel[law.tokens] * log_probs).sum(dim=-1)
@@ -377,7 +378,7 @@ def theta_star_eq7(
 
 
 def w_star_squared(p: float, q: float, d: int, r: int) -> float:
-    """w_*^2 = 2(1 - L/d)/(d r): Eq. (10) for general r (spec A, Sec. 3.3 [D])."""
+    """w_*^2 = 2(1 - L/d)/(d r): Eq. (10) for general r (our derivation)."""
     value = 2 * (1 - log_odds_gap(p, q) / d) / (d * r)
     if value <= 0:
         raise ValueError(f"Eq. (10) needs L < d, got L={log_odds_gap(p, q)}, d={d}")
@@ -457,13 +458,13 @@ def theta_pi_multistate(
     tied: bool = True,
     p_n: Tensor | None = None,
 ) -> TheoryParams:
-    """Multi-state theta_pi^S (spec A, Sec. 3.4 [D]): E = A = 0, W_O = W_2 = 0, b = ln pi."""
+    """Multi-state theta_pi^S (ours, not in the paper): E = A = 0, W_O = W_2 = 0, b = ln pi."""
     base = random_params(sizes, generator, n_states=pi.numel(), tied=tied)
     return _unigram_point(base, pi.log(), p_n)
 
 
 # ---------------------------------------------------------------------------------------
-# Closed-form Hessians at theta_pi (paper A, Eq. (12), App. B.5; spec A, Sec. 3.4)
+# Closed-form Hessians at theta_pi (paper A, Eq. (12), App. B.5; multi-state ours)
 # ---------------------------------------------------------------------------------------
 
 
@@ -504,7 +505,7 @@ def hessian_alpha_untied(p: float, q: float, p_n: Tensor) -> Tensor:
 
 
 def binary_saddle_eigenvalue(p: float, q: float) -> float:
-    """2 pi_0 pi_1 (p+q-1): the a-block curvature of Eq. (12) for Cov(p_n) = 0 (spec Sec. 3.4)."""
+    """2 pi_0 pi_1 (p+q-1): the a-block curvature of Eq. (12) for Cov(p_n) = 0 (App. B.4)."""
     return 2 * _stationary_product(p, q) * (p + q - 1)
 
 
@@ -528,7 +529,7 @@ def multistate_e_block(kernel: Tensor, pi: Tensor, p_n: Tensor) -> Tensor:
     """E-block of the tied multi-state Hessian at theta_pi^S, Schur-complemented over b.
 
     (2 pi pi^T - D P - (D P)^T) (x) I_d + (D - pi pi^T) (x) Cov(p_n), D = diag(pi), with
-    vec(E) row-major (state index outer); spec A, Sec. 3.4 [D].
+    vec(E) row-major (state index outer); our derivation, not the paper's.
     """
     diag_pi = torch.diag(pi)
     outer = torch.outer(pi, pi)
@@ -538,7 +539,7 @@ def multistate_e_block(kernel: Tensor, pi: Tensor, p_n: Tensor) -> Tensor:
 
 
 def symmetric_e_block_min_eigenvalue(n_states: int, p: float) -> float:
-    """(2/S)(pS/(S-1) - 1): the E-block eigenvalue on 1-perp, multiplicity (S-1)d (spec 3.4)."""
+    """(2/S)(pS/(S-1) - 1): the E-block eigenvalue on 1-perp, multiplicity (S-1)d (ours)."""
     return (2 / n_states) * (p * n_states / (n_states - 1) - 1)
 
 
@@ -546,7 +547,7 @@ def tied_multistate_schur_min(n_states: int, p: float) -> float:
     """min(0, (2/S)(pS/(S-1) - 1)): smallest eigenvalue of the tied E-block at Cov(p_n) = 0.
 
     The shift of all rows of E together (the 1 direction) is exactly flat, so above the
-    threshold p = (S-1)/S the minimum is 0, below it the 1-perp eigenvalue (spec 3.4 [D]).
+    threshold p = (S-1)/S the minimum is 0, below it the 1-perp eigenvalue (our derivation).
     """
     return min(0.0, symmetric_e_block_min_eigenvalue(n_states, p))
 
@@ -585,7 +586,7 @@ def schur_over_bias(hessian: Tensor, params: TheoryParams) -> Tensor:
 def spectrum_match(hessian: Tensor, closed_block: Tensor) -> tuple[float, float]:
     """(max |top-k eigenvalues of H - eigenvalues of the block|, max |remaining eigenvalues|).
 
-    The top k = block size eigenvalues are those of largest |lambda| (spec A, Sec. 5.2 item 4).
+    The top k = block size eigenvalues are those of largest |lambda| (item 4).
     """
     eigs = torch.linalg.eigvalsh(hessian)
     order = eigs.abs().argsort(descending=True)
@@ -602,7 +603,7 @@ def count_negative(eigenvalues: Tensor, tol: float = 1e-9) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# Probes (spec A, Sec. 5.2 items 5 and 7)
+# Probes (items 5 and 7)
 # ---------------------------------------------------------------------------------------
 
 
@@ -614,10 +615,11 @@ def local_min_probe(
     n_directions: int = 100,
     epsilons: Sequence[float] = (1e-3, 1e-2),
 ) -> float:
-    """min over random unit delta and eps of L(theta + eps delta) - L(theta) (spec 5.2 item 5).
+    """min over random unit delta and eps of L(theta + eps delta) - L(theta) (item 5).
 
-    Needed because App. B.4's 'H_alpha > 0 and L flat in beta' argument has a gap (spec
-    Sec. 7 item 14); non-negative values support theta_pi being a local minimum.
+    Needed because App. B.4's 'H_alpha > 0 and L flat in beta' argument has a gap (ours:
+    L = alpha^2 - alpha beta^2 breaks it); non-negative values support theta_pi being a local
+    minimum.
     """
     loss = _flat_loss(params, law)
     flat = flatten_params(params)
@@ -640,7 +642,7 @@ def anti_aligned_descent(
     """L(theta + dir) - L(theta) for a = t v, e = -sign(p+q-1) t v at the untied theta_pi.
 
     Second-order change pi_0 pi_1 (p+q-1) <a, e> < 0 from the B.5 coupling block when
-    p_n = 0 (spec A, Sec. 3.4 and Sec. 5.2 item 7); unavailable under tying (a = e).
+    p_n = 0 (App. B.5; item 7); unavailable under tying (a = e).
     """
     if params.a is None:
         raise ValueError("the anti-aligned direction needs untied parameters")
@@ -745,7 +747,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class CheckRow:
-    """One exact check (spec A, Sec. 5.2); passes iff every measurement passes."""
+    """One exact check (one of items 1-10); passes iff every measurement passes."""
 
     check_id: str
     description: str
@@ -825,7 +827,7 @@ def _stationary_point(
 
 
 def theta_star_rows(sizes: ModelSizes, generator: torch.Generator) -> list[CheckRow]:
-    """Spec 5.2 items 1-2: Eq. (7) and Eq. (10) are global minima (Thm. 1), plus w_* check."""
+    """Items 1-2: Eq. (7) and Eq. (10) are global minima (Thm. 1), plus w_* check."""
     rows = []
     for tag, (p, q), build in (
         ("eq7", EQ7_CHAIN, theta_star_eq7),
@@ -870,7 +872,7 @@ def theta_star_rows(sizes: ModelSizes, generator: torch.Generator) -> list[Check
 
 
 def theta_pi_rows(sizes: ModelSizes, generator: torch.Generator) -> list[CheckRow]:
-    """Spec 5.2 items 3-4: theta_pi is stationary with L = H(pi); Hessian = H_alpha (+) 0."""
+    """Items 3-4: theta_pi is stationary with L = H(pi); Hessian = H_alpha (+) 0."""
     rows = []
     for p, q in THETA_PI_CHAINS:
         law = binary_law(p, q, sizes.n_positions)
@@ -909,7 +911,7 @@ def theta_pi_rows(sizes: ModelSizes, generator: torch.Generator) -> list[CheckRo
 def tied_minimum_rows(
     sizes: ModelSizes, generator: torch.Generator, n_probe_directions: int
 ) -> list[CheckRow]:
-    """Spec 5.2 item 5: tied, p + q > 1: H_alpha > 0, no negative curvature, probes >= 0."""
+    """Item 5: tied, p + q > 1: H_alpha > 0, no negative curvature, probes >= 0."""
     rows = []
     for p, q in TIED_MINIMUM_CHAINS:
         law = binary_law(p, q, sizes.n_positions)
@@ -934,7 +936,7 @@ def tied_minimum_rows(
 
 
 def tied_saddle_rows(sizes: ModelSizes, generator: torch.Generator) -> list[CheckRow]:
-    """Spec 5.2 item 6: tied, p + q < 1: theta_pi is a saddle for constant p_n."""
+    """Item 6: tied, p + q < 1: theta_pi is a saddle for constant p_n."""
     p, q = TIED_SADDLE_CHAIN
     d, n = sizes.d, sizes.n_positions
     law = binary_law(p, q, n)
@@ -994,7 +996,7 @@ def tied_saddle_rows(sizes: ModelSizes, generator: torch.Generator) -> list[Chec
 
 
 def untied_saddle_rows(sizes: ModelSizes, generator: torch.Generator) -> list[CheckRow]:
-    """Spec 5.2 item 7: untied theta_pi is a saddle for p + q != 1 (Thm. 3, App. B.5)."""
+    """Item 7: untied theta_pi is a saddle for p + q != 1 (Thm. 3, App. B.5)."""
     rows = []
     zeros = torch.zeros(sizes.n_positions, sizes.d, dtype=DTYPE)
     for p, q in UNTIED_SADDLE_CHAINS:
@@ -1040,7 +1042,7 @@ def _lemma1_row(
 def lemma1_rows(
     sizes: ModelSizes, cases: Sequence[MultiStateCase], generator: torch.Generator
 ) -> list[CheckRow]:
-    """Spec 5.2 item 8: Lemma 1 identity at random (untied) parameters."""
+    """Item 8: Lemma 1 identity at random (untied) parameters."""
     n = sizes.n_positions
     rows = [
         _lemma1_row(
@@ -1068,7 +1070,7 @@ def lemma1_rows(
 def multistate_rows(
     sizes: ModelSizes, cases: Sequence[MultiStateCase], generator: torch.Generator
 ) -> list[CheckRow]:
-    """Spec 5.2 item 9 ([D]): tied theta_pi^S is a saddle iff p < (S-1)/S; untied always."""
+    """Item 9 (ours): tied theta_pi^S is a saddle iff p < (S-1)/S; untied always."""
     rows = []
     d = sizes.d
     for case in cases:
@@ -1084,7 +1086,7 @@ def multistate_rows(
             rows.append(
                 CheckRow(
                     f"A-MS.tied.S{s}.p{p:g}",
-                    "[D] tied theta_pi^S, constant p_n: L = ln S, saddle iff p < (S-1)/S",
+                    "derived: tied theta_pi^S, constant p_n: L = ln S, saddle iff p < (S-1)/S",
                     (
                         *_stationary_point(tied, law, target),
                         Measurement(
@@ -1107,7 +1109,7 @@ def multistate_rows(
             rows.append(
                 CheckRow(
                     f"A-MS.untied.S{s}.p{p:g}",
-                    "[D] untied theta_pi^S: L = ln S, zero gradient, negative curvature",
+                    "derived: untied theta_pi^S: L = ln S, zero gradient, negative curvature",
                     (
                         *_stationary_point(untied, law, target),
                         Measurement(
@@ -1127,7 +1129,7 @@ def multistate_rows(
         rows.append(
             CheckRow(
                 f"A-MS.e_block.S{s}.p{p:g}",
-                "[D] spec 3.4 E-block formula = autograd Schur complement over b (random p_n)",
+                "derived: our E-block formula = autograd Schur complement over b (random p_n)",
                 (
                     Measurement(
                         "e_block_error", float((schur - closed).abs().max()), "<=", ZERO_EIG_TOL
@@ -1139,7 +1141,7 @@ def multistate_rows(
 
 
 def appendix_d_rows(n_positions: int, generator: torch.Generator) -> list[CheckRow]:
-    """Spec 5.2 item 10: Eq. (26) with Eq. (27) gives Eq. (28)-(29); Eq. (26) = the model."""
+    """Item 10: Eq. (26) with Eq. (27) gives Eq. (28)-(29); Eq. (26) = the model."""
     logit_1, logit_0 = appendix_d_logit(1), appendix_d_logit(0)
     prob_1, prob_0 = 1 / (1 + math.exp(-logit_1)), 1 / (1 + math.exp(-logit_0))
     params = appendix_d_params(n_positions, generator)
@@ -1185,7 +1187,7 @@ def run_theorem_checks(
     seed: int = 0,
     appendix_d: bool = True,
 ) -> list[CheckRow]:
-    """Every exact check of spec A, Sec. 5.2 items 1-10, in that order (float64, no training).
+    """Every exact check, items 1-10, in that order (float64, no training).
 
     ``sizes`` sets d, m, r and N for the binary checks (the printed-w_* negative check needs
     r != d); each multi-state case sets S, its N and the switch probabilities.

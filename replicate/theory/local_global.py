@@ -2,8 +2,8 @@
 
 Paper B is "Local to Global: Learning Dynamics and Effect of Initialization for
 Transformers" (Makkuva, Bondaschi, Ekbote, Girish, Nagle, Kim, Gastpar, 2024; docs/papers.md).
-A "spec B §n" below names our replication plan's section for that result; the paper's own
-section or equation is given beside it.
+Sections, equations, lemmas and theorems below are paper B's; "ours" marks our own
+derivations and choices.
 
 The model is a single-layer transformer on a binary first-order Markov chain with kernel
 P(p, q), restricted to a rank-one manifold. There the loss depends only on
@@ -18,10 +18,10 @@ Conventions:
 * ``p``, ``q`` outside (0, 1) raise `ChainParameterError` (from `replicate.markov.chains`).
   The theorems on critical sets and basins assume p + q != 1; the functions built on them
   raise `ChainParameterError` at p + q = 1.
-* "Delta" (`logit_gap`) is the spec's name for logit(x_n = 1) - logit(x_n = 0). The loss at
-  the optimal bias depends on theta only through Delta (spec B §0.2, §2.4).
+* "Delta" (`logit_gap`) is our name for logit(x_n = 1) - logit(x_n = 0). The loss at
+  the optimal bias depends on theta only through Delta (ours, from Lemmas 5-6, Eq. (32)).
 
-Typos of the paper corrected here (spec B §2.10, numbered as there):
+Typos of the paper corrected here (other modules cite them by these numbers):
 1. Main-text Thm 2(ii) prints I_sad with ``sqrt(w^2 log(-w) + E_sad)``. The minus sign is
    lost; the correct ``sqrt(w^2 - log(-w) + E_sad)`` is in `separatrix_half_width`.
 2. Main-text §3 prints l_log(z) = log(1 + log(z)). `_logistic_loss` uses log(1 + exp(-z)),
@@ -42,26 +42,26 @@ Typos of the paper corrected here (spec B §2.10, numbered as there):
    attention scalar is a = <v, alpha> q^2 sqrt(d) / 4, not <v, alpha> q^2 d^(5/2) / 4
    (Eq. 42); see `canonical_weights`.
 
-Items 8-11 of spec B §2.10 concern the full-model experiments and do not apply here.
+Inconsistencies of the full-model experiments (Figs. 1, 3, 4, Table 1) do not apply here.
 
-Further typos found while implementing (not in spec B §2.10):
+Further typos, found while implementing:
 * App. M.5 integrates e' = -(p+q-1)(pi1 - pi1^2) e. That drops the factor 2 of its own
-  Eq. (110). The small-e rate is d log|e|/dt = -2 pi0 pi1 (p+q-1)(1 + 2w|w|), as in spec
-  B §2.6.
+  Eq. (110). The small-e rate is d log|e|/dt = -2 pi0 pi1 (p+q-1)(1 + 2w|w|), as Lemma 8's
+  Hessian gives.
 * The proof of Thm 2 (App. G.1) writes de/dt = +2E[(f1 X + f2) X](1 - 2w^2)e and
   dw/dt = +4E[...](-e^2 w). Both minus signs of -grad L are lost. The conclusion (escape
   from the saddle for w0 < -1/sqrt 2) holds with the correct signs.
 * Thm 11 writes N(0, sigma^2 I_2) for an init in R^3.
 
-Disagreements with the spec:
-* Spec B §2.1 gives a := <v, alpha> q^2 d^(5/2) / 4 together with ||alpha|| = 1. That is
+Where we go beyond the paper:
+* App. H.1 gives a := <v, alpha> q^2 d^(5/2) / 4 together with ||alpha|| = 1. That is
   the paper's Eq. (42), inconsistent with its own normalisation (item 7 above). The
   consistent scale is sqrt(d).
-* Spec B §4 (F5-rate) says the paper's App. M.5 factor is pi0 pi1 (p+q-1). The spec's own
+* The paper's App. M.5 factor is (p+q-1)(pi1 - pi1^2) = pi0 pi1 (p+q-1). Our linearised
   rate, 2 pi0 pi1 (p+q-1)(1 + 2w|w|), is the correct one; the paper's integrated rate is
   half of it (see above).
-* Thm 10 leaves Theta_station = {e != 0, w = -1/sqrt 2, a = -1/e^2} unclassified, and spec
-  B §2.7 finds its points to be saddles. `classify_limit` keeps a separate
+* Thm 10 leaves Theta_station = {e != 0, w = -1/sqrt 2, a = -1/e^2} unclassified, and we
+  find its points to be saddles. `classify_limit` keeps a separate
   `LimitClass.STATION` label, so that the paper's sets stay distinguishable.
 """
 
@@ -104,7 +104,7 @@ class LimitClass(IntEnum):
 
     STAR: global minima Theta_*. MIN: local minima Theta_min. SAD: saddle(s) Theta_sad.
     MAX: local maxima Theta_max (mislabelled Theta_min in Thm 10(iii), and called "local
-    minima" in the proof of Thm 1(iii); spec B §2.10 items 3 and 6). STATION:
+    minima" in the proof of Thm 1(iii); typos 3 and 6 of the module docstring). STATION:
     Theta_station of Thm 10 (attention model only). UNCONVERGED: none of these.
     """
 
@@ -118,7 +118,7 @@ class LimitClass(IntEnum):
 
 @dataclass(frozen=True)
 class ChainConstants:
-    """Reference constants of the chain P(p, q) (paper B §2, Thm 1; spec B §1)."""
+    """Reference constants of the chain P(p, q) (paper B §2, Thm 1)."""
 
     p: float
     q: float
@@ -138,7 +138,7 @@ class ChainConstants:
 
     @property
     def reduced_loss_slope_at_zero(self) -> float:
-        """Phi'(0) = pi0 pi1 (p+q-1), the slope of `reduced_loss` at Delta = 0 (spec B §2.4)."""
+        """Phi'(0) = pi0 pi1 (p+q-1), the slope of `reduced_loss` at Delta = 0 (ours, Lemma 6)."""
         return self.pi0 * self.pi1 * self.switching
 
 
@@ -245,14 +245,14 @@ def canonical_weights(
 
     The map, with alpha = signs / sqrt(d) (all-ones signs by default):
     * e_vec = |e| alpha, and p_n = -(|e|/2) alpha for every n. Only e^2 matters, so the sign
-      of e is absorbed into alpha (spec B §2.1).
+      of e is absorbed into alpha (Eq. (6) is even in e).
     * W_1 = (|w|/sqrt d) 1_{4d} alpha^T and W_2 = (w/sqrt d) alpha 1_{4d}^T.
     * W_Q = W_K = sqrt(d) alpha alpha^T, so W_Q^T W_K = q^2 d alpha alpha^T with q = 1.
     * W_V = alpha v^T with v = (4a/sqrt d) alpha.
 
     Eq. (42) defines a = <v, alpha> q^2 d^(5/2) / 4, but that uses ||alpha||^2 = d. With the
     unit-norm alpha of App. D the forward pass gives a = <v, alpha> q^2 sqrt(d) / 4, which
-    is used here (spec B §2.10 item 7).
+    is used here (typo 7 of the module docstring).
     """
     if int(d) != d or d < 1:
         raise ValueError(f"d must be a positive integer, got {d!r}")
@@ -298,7 +298,7 @@ def _log_x_star(gap: FloatArray, ratio: float) -> FloatArray:
     """log x*, x* = [(r - 1) + sqrt((r - 1)^2 + 4 r A)] / (2A), A = exp(gap), r = p/q.
 
     Paper B Lemma 5, Eq. (33), where x* = exp(b* - e^2/2) is the optimal logit at x_n = 0.
-    It is evaluated in the log-space form of spec B §2.3, which neither cancels (r < 1)
+    It is evaluated in our log-space form, which neither cancels (r < 1)
     nor overflows (large |gap|).
     """
     log_abs_r_minus_1 = math.log(abs(ratio - 1.0)) if ratio != 1.0 else -math.inf
@@ -344,7 +344,7 @@ def loss(e: ArrayLike, w: ArrayLike, p: float, q: float, a: ArrayLike = 0.0) -> 
 def reduced_loss(gap: ArrayLike, p: float, q: float) -> FloatArray:
     """Phi(Delta) = min_b L at logit gap Delta, so that L(theta) = Phi(Delta_a(theta)).
 
-    Spec B §0.2/§2.4, derived from paper B Lemmas 5-6. Phi is strictly convex, with
+    Ours (not stated in the paper), derived from Lemmas 5-6. Phi is strictly convex, with
     Phi(0) = H(x_{n+1}) and minimum Phi(c*) = H(x_{n+1} | x_n).
     """
     constants = chain_constants(p, q)
@@ -377,7 +377,7 @@ def loss_gradient_with_bias(
     Paper B Lemma 3: dL/de = E_X[(f1 X + f2)(2X(1 + 2w|w|) - 1)] e,
     dL/dw = E_X[(f1 X + f2) X] 4e^2|w|, and dL/db = E_X[f1 X + f2]. The proof (App. J.2)
     misprints the first factor as (2X(1 + 2w|w| - 1)); the statement's form is the correct
-    one (spec B §2.10 item 6).
+    one (typo 6 of the module docstring).
     """
     constants = chain_constants(p, q)
     e, w, b = _floats(e, w, b)
@@ -476,7 +476,7 @@ def hessian_on_w_axis(w: float, p: float, q: float, attention: bool = False) -> 
 
     Paper B Lemma 8, Eq. (36), in the order (e, w), and (e, w, a) with attention. The
     attention case is App. M.3.1, where Eq. (96) misderives the e-e entry as
-    pi1 (p+q-1)(1 + 4w|w|) (spec B §2.10 item 4). The entry vanishes only at the saddle
+    pi1 (p+q-1)(1 + 4w|w|) (typo 4 of the module docstring). The entry vanishes only at the saddle
     w = -1/sqrt 2 (not +1/sqrt 2, as the proof of Thm 7 misprints).
     """
     constants = chain_constants(p, q)
@@ -489,7 +489,7 @@ def hessian_on_w_axis(w: float, p: float, q: float, attention: bool = False) -> 
 def small_e_log_rate(w: ArrayLike, p: float, q: float) -> FloatArray:
     """d log|e|/dt at e -> 0 under (GF) or (GF-attn): -2 pi0 pi1 (p+q-1)(1 + 2w|w|).
 
-    It is minus the e-e entry of the Hessian on the w-axis (Lemma 8, Eq. 36; spec B §2.6),
+    It is minus the e-e entry of the Hessian on the w-axis (Lemma 8, Eq. 36; our linearisation),
     and does not depend on a, since a enters only through a e^2. Negative means the local
     minima on e = 0 attract (p + q > 1, 1 + 2w|w| > 0), positive that they repel (Fig. 5).
     App. M.5 integrates half this rate at w = 0: its e' = -(p+q-1)(pi1 - pi1^2) e drops the
@@ -531,7 +531,7 @@ def energy(e: ArrayLike, w: ArrayLike, a: ArrayLike = 0.0) -> FloatArray:
     Paper B Eq. (4)/(37) (E(e, w), a = 0) and Eq. (10)/(51) (E(e, w, a)). It is conserved
     by the flow (Lemmas 1, 9, 14). App. M.4 reaches it by integrating
     e e' = w'/(2|w|)(1 + 2w|w|) + 2a a'; Eq. (108) misprints the integrand with 4|w|
-    (spec B §2.10 item 5).
+    (typo 5 of the module docstring).
     """
     e, w, a = _floats(e, w, a)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -577,7 +577,7 @@ def classify_limit(
     """Which critical set of paper B Thm 1 (2D) / Thm 10 (3D) each point lies near.
 
     theta has shape (..., 2) or (..., 3); the result holds `LimitClass` codes with shape
-    theta.shape[:-1]. The rules are those of spec B §4, checked in this order:
+    theta.shape[:-1]. The rules are ours (the paper gives none), checked in this order:
     * STAR: |e| >= e_tol and |Delta_a - c*| < gap_tol (Theta_*).
     * SAD: |e| < e_tol and |w + 1/sqrt 2| < saddle_tol (Theta_sad; a line in 3D).
     * MIN / MAX: |e| < e_tol, by the sign of (p+q-1)(1 + 2w|w|) (Theta_min / Theta_max).
@@ -611,7 +611,7 @@ def separatrix_half_width(w: ArrayLike) -> FloatArray:
 
     Paper B Thm 2(i), Thm 8 and §4 (I_common); App. G.1. For w < 0, |e| < g(w) iff
     E(e, w) < E_sad, and |e| = g(w) is the separatrix through the saddle. Main-text
-    Thm 2(ii) misprints the radicand as w^2 log(-w) + E_sad (spec B §2.10 item 1). That
+    Thm 2(ii) misprints the radicand as w^2 log(-w) + E_sad (typo 1 of the module docstring). That
     radicand is negative on all of [-1/sqrt 2, 0), which would leave I_sad empty.
     """
     (w,) = _floats(w)
@@ -731,8 +731,8 @@ def gaussian_basin_probability(sigma: float, p: float, q: float) -> float:
       P = Phi(-1/(sqrt 2 sigma)) + int_{-1/sqrt 2}^0 phi_sigma(w) 2 Phi(-g(w)/sigma) dw.
     * p + q < 1: I_min = {w < -1/sqrt 2, |e| < g(w)}, so
       P = 1 - int_{-inf}^{-1/sqrt 2} phi_sigma(w) (1 - 2 Phi(-g(w)/sigma)) dw.
-    The result depends on (p, q) only through the sign of p + q - 1 (spec B §2.8 table,
-    "Gaussian-init basin probabilities"; "sigma^2 << 1/sqrt 2" of Thm 2 means a small sigma).
+    The result depends on (p, q) only through the sign of p + q - 1 (ours, by
+    quadrature over these sets; "sigma^2 << 1/sqrt 2" of Thm 2 means a small sigma).
     """
     if not sigma > 0.0:
         raise ValueError(f"sigma must be positive, got {sigma!r}")
@@ -755,7 +755,7 @@ def gaussian_basin_probability(sigma: float, p: float, q: float) -> float:
 
 
 # --------------------------------------------------------------------------------------
-# Predicted limit points (spec B §2.8, from the proofs of Thm 2 / Thm 8)
+# Predicted limit points (ours, from the proofs of Thm 2 / Thm 8)
 # --------------------------------------------------------------------------------------
 
 
@@ -806,7 +806,7 @@ def _w_axis_crossing(energy0: float, branch: _Branch) -> float:
 def _global_min_on_contour(
     energy0: float, e_sign: float, branch: _Branch, c_star: float
 ) -> FloatArray:
-    """The point of Theta_* on the contour E = energy0 and on `branch` (spec B §2.8).
+    """The point of Theta_* on the contour E = energy0 and on `branch` (proofs of Thms 2/8).
 
     Along the branch, Delta is monotone on the part of the contour with e^2 >= 0. Between the
     contour's end (where e = 0, or w = -1/sqrt 2) and the far end of the branch, Delta - c*
@@ -836,7 +836,7 @@ def predicted_limit(e0: float, w0: float, p: float, q: float) -> FloatArray:
 
     The flow stays on its energy contour (Lemma 9) and converges to the contour's unique
     intersection with the critical set of the limit class given by `basin_of` (proofs of
-    Thm 2 / Thm 8; spec B §2.8). Initial points on the e-axis (w0 = 0) converge to the
+    Thm 2 / Thm 8; our derivation). Initial points on the e-axis (w0 = 0) converge to the
     origin when p + q > 1, and to (sign(e0) sqrt(c*), 0) when p + q < 1.
     """
     constants = chain_constants(p, q)
@@ -870,7 +870,8 @@ class GradientFlowResult:
     """One integrated gradient-flow trajectory and its diagnostics.
 
     `energy_drift` is max_t |E(theta_t) - E(theta_0)| / max(1, |E(theta_0)|), the quantity
-    bounded in spec B §4 (F1-energy, F2-energy). It is NaN when w0 = 0, where E is undefined.
+    bounded by the energy checks of Figs. 1 and 2 (Lemmas 1, 14). It is NaN when w0 = 0, where E
+    is undefined.
     """
 
     t: FloatArray
@@ -930,7 +931,7 @@ def integrate_gradient_flow(
     It uses scipy's `solve_ivp`. The default, LSODA, detects stiffness and switches between
     an Adams and a BDF stepper on its own; "Radau" and "BDF" are the other stiff choices,
     "DOP853" a non-stiff one. The defaults T = 3000, rtol = 1e-9 and atol = 1e-11 are
-    spec B §4's.
+    ours.
     With `t_eval` None, the trajectory holds every accepted step. The limit class is
     `classify_limit` of the last point, or UNCONVERGED if the solver failed.
     """
@@ -984,7 +985,7 @@ def integrate_gradient_flows(
     field is evaluated once per step for all of them (10-50x faster than n separate calls).
     Every result shares the time grid. LSODA's error test uses a weighted max-norm over the
     components, so each trajectory keeps the per-component rtol/atol of
-    `integrate_gradient_flow`; the defaults are those of spec B §4.
+    `integrate_gradient_flow`; the defaults are ours.
 
     For Gaussian inits pass ``rng.normal(0, sigma, (n, dim))``; for a grid pass the
     stacked, flattened mesh.

@@ -1,10 +1,10 @@
 """Paper C: the constructions theta_*^k of Sec. 3 and Thm. 4.2.
 
-* `set_construction` writes theta_*^k (paper C, Eqs. (6), (8a)-(8c), App. A.2 Eq. (10);
-  spec C §3.1) into one member of an `EnsembleDisentangled`, so theory checks and
+* `set_construction` writes theta_*^k (paper C, Eqs. (6), (8a)-(8c), App. A.2 Eq. (10),
+  0-indexed) into one member of an `EnsembleDisentangled`, so theory checks and
   training share one forward pass.
   Its c -> infinity output is the k-gram estimator over the *padded* match set
-  (`replicate.analysis.kgram` with ``pad=True``; spec C §3.1, Lemma B.1), and on an empty
+  (`replicate.analysis.kgram` with ``pad=True``; Lemma B.1, Eqs. (12)-(13)), and on an empty
   match set the back-off of `construction_limit`.
 * `set_all_heads_bigram` (App. F Eq. (30)) and `set_lagset_construction` (App. F.2
   Eq. (36)) write the paper's other stationary points into the same model.
@@ -34,13 +34,13 @@ from replicate.markov.incontext import context_indices, lifted_stationary
 
 @torch.no_grad()
 def set_construction(model: EnsembleDisentangled, member: int, k: int, c: float) -> None:
-    """Write theta_*^k at scale ``c`` into member ``member`` (spec C §3.1, 0-indexed).
+    """Write theta_*^k at scale ``c`` into member ``member`` (Eqs. (8a)-(8c), 0-indexed).
 
     Heads h <= k-1 are activated: A1^(h)[l, l-h] = c (l >= h), A1^(h)[l, 0] = c (l < h,
     the padding convention), V1^(h) = I_S; heads h >= k are deactivated (A1 = 0, V1 = 0).
     Q = sqrt(c) sum_{h<k} sum_j E[(h-1)S+j, hS+j], Kt = sqrt(c) sum_{h<k} sum_j E[hS+j, hS+j]
     (App. A.2, Eqs. (10a)-(10b)), so A2 = Q Kt = c sum_h sum_j E[(h-1)S+j, hS+j] (Eq. (6)).
-    Needs d_h = D (rank S(k-1), spec C §0.4).
+    Needs d_h = D (rank S(k-1), Eq. (10a)).
     """
     heads, s, t = model.heads, model.states, model.seq_len
     if not 1 <= k <= heads + 1:
@@ -120,7 +120,7 @@ def set_lagset_construction(
 
 def _check_full_rank(model: EnsembleDisentangled) -> None:
     if model.hidden != model.width:
-        raise ValueError("the constructions need d_h = D (spec C §0.4)")
+        raise ValueError("the constructions need d_h = D (paper C, Eq. (10a): rank S(k - 1))")
 
 
 def construction_limit(tokens: torch.Tensor, k: int, states: int) -> torch.Tensor:
@@ -128,10 +128,10 @@ def construction_limit(tokens: torch.Tensor, k: int, states: int) -> torch.Tenso
     sequence, its match set empty or not.
 
     The score of key i is c m_i + O(T e^{-c}) with m_i = #{h <= k-1 : x_{pad(i-h)} = x_{T-h}}
-    (paper C, Lemma B.1 and App. E, Eq. (16); spec C §3.1), so the attention becomes uniform
+    (paper C, Lemma B.1 and App. E, Eq. (16)), so the attention becomes uniform
     on the keys with the largest m_i: the padded match set M^pad (m_i = k-1) where it is
     not empty, else the keys matching the most lags, a back-off that drops no lag in
-    particular (spec C §3.1). The token counts of the keys with exactly m matching lags are
+    particular (our derivation). The token counts of the keys with exactly m matching lags are
     E_m = sum_{A : |A| >= m} (-1)^{|A|-m} C(|A|, m) N_A (inclusion-exclusion), N_A the
     padded counts of the lag subset A (`kgram_counts`, ``pad=True``).
     """

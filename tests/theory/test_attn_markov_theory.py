@@ -181,7 +181,7 @@ def test_printed_w_star_only_works_for_r_equal_d(generator: torch.Generator) -> 
     wrong = am.theta_star_eq10(p, q, wide, generator, w=printed)
     logits = am.theory_logits(wrong, x)[0]
     assert math.isclose(float(logits[0]), 0.0, abs_tol=1e-12)  # x_n = 0 is unaffected
-    assert math.isclose(float(logits[1]), -17.545, abs_tol=1e-3)  # spec: -17.55, not ln(1/4)
+    assert math.isclose(float(logits[1]), -17.545, abs_tol=1e-3)  # ours: -17.55, not ln(1/4)
     square = dataclasses.replace(wide, r=d)
     right = am.theta_star_eq10(p, q, square, generator, w=printed)
     torch.testing.assert_close(
@@ -289,7 +289,7 @@ def test_tied_inertia_follows_positional_covariance(
     )
 
 
-# --- multi-state ([D] in spec A) -----------------------------------------------------------
+# --- multi-state (our derivation, not in paper A) -------------------------------------------
 
 
 @pytest.mark.parametrize(("p", "expected_negative"), [(0.6, 2 * SIZES.d), (0.7, 0)])

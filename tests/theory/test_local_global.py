@@ -1,6 +1,6 @@
-"""Tests of `replicate.theory.local_global` (paper B) against brute force and spec B's numbers.
+"""Tests of `replicate.theory.local_global` (paper B) against brute force and reference numbers.
 
-Reference values are paper B's (docs/papers.md), as our replication plan distils them.
+Reference values are paper B's (docs/papers.md) or our own computations from its results.
 The printed, mistyped versions of the paper's formulas appear here only to show that they
 fail where the corrected versions pass.
 """
@@ -180,7 +180,7 @@ def test_logits_equal_the_full_model_forward_pass(e: float, w: float, a: float) 
     np.testing.assert_allclose(logits, np.where(tokens == 1.0, logit1, logit0), atol=1e-12)
     if a == 0.0:  # Eq. (6): Delta x_n + b - e^2/2
         np.testing.assert_allclose(logits, logit_gap(e, w) * tokens + 0.37 - e**2 / 2, atol=1e-12)
-    else:  # Eq. (42) would call this W_V's scalar a d^2 (spec B §2.10 item 7)
+    else:  # Eq. (42) would call this W_V's scalar a d^2 (typo 7 in `local_global`)
         printed_logit0, printed_logit1 = canonical_logits(e, w, 0.37, a * 8**2)
         printed = np.where(tokens == 1.0, printed_logit1, printed_logit0)
         assert np.max(np.abs(logits - printed)) > 1e-2
@@ -498,7 +498,7 @@ def test_stationary_points_are_saddles(p: float, q: float) -> None:
         (0.0, 0.0, MIN, MAX),
         (1.0, 0.0, MIN, STAR),
         (-0.3, 2.0, MIN, STAR),
-        (0.5, -1.0, STAR, STAR),  # I_common, spec B §2.8
+        (0.5, -1.0, STAR, STAR),  # I_common, paper B §4
         (0.2, -0.5, MIN, STAR),  # |e| < g(-0.5) = 0.306
         (0.2, -1.0, STAR, MIN),  # 0 < |e| < g(-1) = 0.392
         (0.5, SADDLE_W, STAR, STAR),
@@ -537,11 +537,11 @@ def test_gaussian_basin_probabilities_match_spec_quadrature(
         assert abs(fraction - expected) < 4 * math.sqrt(expected * (1 - expected) / n)
 
 
-SPEC_GAUSSIAN_TABLE = [  # spec B §2.8: sigma, P(I_*; p+q>1), P(I_*; p+q<1)
+SPEC_GAUSSIAN_TABLE = [  # ours (quadrature, Thms 2/8): sigma, P(I_*; p+q>1), P(I_*; p+q<1)
     (0.1, 3.7e-9, 1 - 1.1e-13),
     (0.3, 0.043568, 0.997031),
     (0.5, 0.189011, 0.968547),
-    (0.7071, 0.297561, 0.930041),  # the spec's "1/sqrt2" row was computed at sigma = 0.7071
+    (0.7071, 0.297561, 0.930041),  # our "1/sqrt2" row was computed at sigma = 0.7071
     (1.0, 0.380511, 0.886995),
     (2.0, 0.465196, 0.817333),
 ]
@@ -580,7 +580,7 @@ def test_common_basin_lies_in_both_global_basins() -> None:
 # Predicted limits and gradient-flow integration
 # --------------------------------------------------------------------------------------
 
-SPEC_LIMITS = [  # spec B §2.8, "Reference limits": (p, q), theta_0, basin, theta_lim
+SPEC_LIMITS = [  # ours, from the proofs of Thms 2/8: (p, q), theta_0, basin, theta_lim
     ((0.5, 0.8), (0.5, -1.0), STAR, (0.789495, -1.269668)),
     ((0.5, 0.8), (0.02, 0.02), MIN, (0.0, 0.019992)),
     ((0.5, 0.8), (0.02, -0.02), MIN, (0.0, -0.020008)),
@@ -680,7 +680,7 @@ def test_attention_flow_conserves_energy_and_small_inits_pick_a_side(
 
 @pytest.mark.parametrize(
     ("chain", "w0", "a0", "expected_rate"),
-    [  # spec B §4, F5-rate
+    [  # Fig. 5's small-e rate (Lemma 8)
         ((0.5, 0.8), 0.3, 0.2, -0.167574),
         ((0.2, 0.3), 0.0, 0.1, 0.240000),
         ((0.9, 0.9), 0.0, 0.1, -0.400000),

@@ -1,5 +1,5 @@
 """Paper C: theta_*^k against the k-gram estimator, the dashed-line estimator against brute
-force, and the population-gradient estimator against closed forms (spec C §1.5, §3); the
+force, and the population-gradient estimator against closed forms (Def. 2.1, Secs. 4.1-4.2); the
 stationary conditionals (Lemma H.5, App. H.2), Prop. 3.2 / Remark C.2 and Lemma 3.1 exactly
 on enumerated chains or by finite differences; App. F's constructions and theta_*^k on empty
 match sets by hand; App. F.1's general-architecture theta_*^k against its matrices written out."""
@@ -33,8 +33,8 @@ from replicate.theory.subngrams import (
     table_gradient,
 )
 
-EXAMPLE = [2, 0, 1, 2, 0, 2, 1, 1, 0, 2]  # spec C §3.3 (Fig. 2), S = 3, H = 2, c = 30
-# supports and outputs of theta_*^1, theta_*^2, theta_*^3 computed by hand in spec C §3.3
+EXAMPLE = [2, 0, 1, 2, 0, 2, 1, 1, 0, 2]  # our example for Fig. 2 (Sec. 4.1), S = 3, H = 2, c = 30
+# supports and outputs of theta_*^1, theta_*^2, theta_*^3 computed by hand from Eqs. (8a)-(8c)
 SUPPORTS = [set(range(10)), {0, 1, 4, 6}, {6}]
 OUTPUTS = [(0.3, 0.3, 0.4), (0.5, 0.25, 0.25), (0.0, 1.0, 0.0)]
 
@@ -52,7 +52,7 @@ def test_fig2_worked_example() -> None:
 
 
 def test_constructions_compute_the_padded_kgram() -> None:
-    """Check (a), spec C §3.2: k = 1 exactly; k >= 2 within 20 T e^{-c} at c = 20."""
+    """Check (a), Lemma B.1: k = 1 exactly; k >= 2 within 20 T e^{-c} at c = 20."""
     data = DataSettings(states=4, order=3, alpha=0.5, seq_len=24)
     tokens = fixed_set(data, 200, 0, "test").tokens[0]
     for k in (1, 2, 3):
@@ -77,7 +77,7 @@ def _brute_force_addalpha(x: list[int], lags: tuple[int, ...], s: int, alpha: fl
 
 
 def test_dashed_lines_match_brute_force() -> None:
-    """`history_losses` (the dashed lines) recomputed with explicit loops (spec C §1.5)."""
+    """`history_losses` (the dashed lines) recomputed with explicit loops (paper C, Fig. 1)."""
     data = DataSettings(states=3, order=4, alpha=0.5, seq_len=20)
     batch = fixed_set(data, 50, 1, "test")
     table = history_losses(batch, data, eps=1e-8).set_index("history")
@@ -201,7 +201,7 @@ def _max_partial_match_loop(x: list[int], k: int, states: int) -> np.ndarray:
 
 def test_construction_limit_on_empty_match_sets() -> None:
     """`construction_limit` against the loop above, and theta_*^k at c = 40 against it on
-    sequences whose padded match set is empty (spec C §3.1)."""
+    sequences whose padded match set is empty (our back-off derivation)."""
     data = DataSettings(states=5, order=4, alpha=0.5, seq_len=16)
     tokens = fixed_set(data, 300, 3, "test").tokens[0]
     for k in (2, 3, 4):

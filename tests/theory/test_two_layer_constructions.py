@@ -1,4 +1,4 @@
-"""Paper D's explicit constructions (spec D §3) against the shared k-gram estimator."""
+"""Paper D's explicit constructions (Sec. 3-4, App. A-B) against the shared k-gram estimator."""
 
 from __future__ import annotations
 

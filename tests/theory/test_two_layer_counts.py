@@ -1,4 +1,4 @@
-"""Parameter counts of Table 1 / App. I (spec D §5.1) against closed forms and tensors."""
+"""Parameter counts of Table 1 / App. I against our closed forms and the tensors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from replicate.theory.two_layer import counts
 
 @pytest.mark.parametrize(("states", "order", "length"), [(2, 2, 32), (3, 3, 64), (5, 1, 128)])
 def test_spec_formulas(states: int, order: int, length: int) -> None:
-    """Spec D §5.1's polynomials, with a bias only where a construction has one."""
+    """Our App. I polynomials (Table 1), with a bias only where a construction has one."""
     d, s, t = 6 * states + 4, states, length
     b2 = 5 * states + 4
     kd = (order + 2) * states + order + 1
@@ -29,7 +29,7 @@ def test_spec_formulas(states: int, order: int, length: int) -> None:
 
 
 def test_spec_spot_value_rajaraman() -> None:
-    """spec D §5.1: Rajaraman 3L1H at S = 2, k = 2, T = 32 has 6146 parameters."""
+    """Our App. I accounting: Rajaraman 3L1H at S = 2, k = 2, T = 32 has 6146 parameters."""
     assert counts.parameter_count("rajaraman_3l1h", 2, 2, 32, True) == 6146
 
 

@@ -61,7 +61,7 @@ def test_mixed_prior_rows() -> None:
     kernels = mixed_dirichlet_kernels(3, 0.2, 500, torch.Generator().manual_seed(2))
     torch.testing.assert_close(kernels.sum(-1), torch.ones(500, 3, dtype=torch.float64))
     assert float(kernels.min()) >= 0.2 / 3 - 1e-15
-    assert abs(float(kernels.mean()) - 1 / 3) < 0.01  # E pi(s'|s) = 1/S (spec D §4.2)
+    assert abs(float(kernels.mean()) - 1 / 3) < 0.01  # E pi(s'|s) = 1/S (App. C, constant mean)
 
 
 def test_previous_token_gradient_is_largest_at_init() -> None:

@@ -5,17 +5,17 @@ D.1 (no training): Eq. (26) with the printed constants of Eq. (27) gives the log
 of a model with App. D's structure and W_O = 0 (`replicate.theory.attn_markov`).
 
 D.2 (reuses Fig. 3's trained models, a DAG edge, no retraining): on the weight-tied
-p = 0.2, q = 0.3 runs of `attn_markov_fig3`, measure what App. D reports (spec A, Sec. 3.5
-and Sec. 4 "Appendix D formula"): the attention ratio of Eq. (16), constant positional
+p = 0.2, q = 0.3 runs of `attn_markov_fig3`, measure what App. D reports (paper A, App. D,
+Eqs. (14)-(19) and (26)-(29)): the attention ratio of Eq. (16), constant positional
 embeddings p_n = p v (Eq. 15), e = e v with v in {+-1}^d (Eq. 14), rank-one
 W_1 = w_1 w v^T (Eq. 18), W_2 = W_1^T (Eq. 19), then refit (e, p, w_1, b, beta) and compare
-Eq. (26) with the network's own predictions. The spec says "report, do not gate"; the
-claims record what was measured.
+Eq. (26) with the network's own predictions. Ours, as App. D gives no tolerance: report, do
+not gate; the claims record what was measured.
 
-The trained `EnsembleGPT` (theory variant) is read in the paper's coordinates (spec A,
-Sec. 1.2): e = wte[1] - wte[0], p_n = wte[0] + wpe[n], a = lm_head[1] - lm_head[0] (= e when
-tied), b = bias[1] - bias[0], W_Q, W_K, W_V = the row blocks of c_attn, W_O = attn.c_proj,
-W_1 = mlp.c_fc, W_2 = mlp.c_proj.
+The trained `EnsembleGPT` (theory variant) is read in the paper's coordinates (App. A's
+model on Table 1's parameters): e = wte[1] - wte[0], p_n = wte[0] + wpe[n],
+a = lm_head[1] - lm_head[0] (= e when tied), b = bias[1] - bias[0], W_Q, W_K, W_V = the row
+blocks of c_attn, W_O = attn.c_proj, W_1 = mlp.c_fc, W_2 = mlp.c_proj.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def member_indices(checkpoint: dict, chain: BinaryChainSettings) -> list[int]:
 
 def theory_params(state: dict[str, torch.Tensor], member: int) -> am.TheoryParams:
     """Member ``member`` of a tied one-layer theory-variant `EnsembleGPT`, in paper A's
-    coordinates (spec A, Sec. 1.2), float64."""
+    coordinates (App. A's model on Table 1's parameters), float64."""
 
     def get(name: str) -> torch.Tensor:
         return state[name][member].to(am.DTYPE)
@@ -276,7 +276,7 @@ def aggregate(per_seed: dict[int, Metrics]) -> Metrics:
 
 
 # ----------------------------------------------------------------------------- table
-# (row label, metric name, App. D's value, criterion of spec A Sec. 4 or "—")
+# (row label, metric name, App. D's value, our criterion (the paper gives none) or "—")
 TABLE_ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("network f(x_n=0), mean over positions", "net_p0", "0.199 (Eq. 29)", "p = 0.2 ± 0.02"),
     ("network f(x_n=1), mean over positions", "net_p1", "0.694 (Eq. 29)", "1−q = 0.7 ± 0.02"),
@@ -304,11 +304,11 @@ TABLE_ROWS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def structure_table(per_seed: dict[int, Metrics], averaged: Metrics) -> pd.DataFrame:
-    """One row per quantity: App. D's value, spec A's criterion, each seed, and Eq. (26)
+    """One row per quantity: App. D's value, our criterion, each seed, and Eq. (26)
     with the seed-averaged constants (App. D's own procedure)."""
     rows = []
     for label, name, paper, criterion in TABLE_ROWS:
-        row = {"quantity": label, "paper (App. D)": paper, "criterion (spec A)": criterion}
+        row = {"quantity": label, "paper (App. D)": paper, "criterion (ours)": criterion}
         row.update({f"seed {s}": m[name] for s, m in per_seed.items()})
         row["seed-averaged constants"] = averaged.get(name, "")
         rows.append(row)
@@ -319,7 +319,7 @@ def markdown(frame: pd.DataFrame, chain: BinaryChainSettings, scale: str) -> str
     title = (
         f"# Paper A, App. D: learned structure of the tied p={chain.p:g}, q={chain.q:g} runs "
         f"of Fig. 3 ({scale} scale)\n\nPaper values are averages over the authors' five runs "
-        "at N = 1024; criteria are spec A's (report, do not gate)."
+        "at N = 1024; criteria are ours (reported, not gated)."
     )
     return f"{title}\n\n{frame_to_markdown(frame)}"
 
@@ -378,11 +378,11 @@ def _plot_positions(ax, thetas: dict[int, am.TheoryParams]) -> None:
 
 
 def _plot_ratio(ax, preds: dict[int, MemberPredictions]) -> None:
-    """The attention ratio of Eq. (16) against n, with the paper's 0.01 and spec's 0.05."""
+    """The attention ratio of Eq. (16) against n, with the paper's 0.01 and our 0.05."""
     for seed, pred in preds.items():
         ax.plot(pred.ratio_per_position, linewidth=1, label=f"seed {seed}")
     plotting.reference_line(ax, 0.01, "paper (Eq. 16)", "target")
-    plotting.reference_line(ax, 0.05, "spec bound", "unigram")
+    plotting.reference_line(ax, 0.05, "our bound", "unigram")
     ax.set(
         title="(c) attention ratio ‖W_O Σ att W_V x‖ / ‖y_n‖",
         xlabel="position n",
@@ -413,7 +413,7 @@ def _plot_probabilities(
     )
     paper = eq26_probabilities(am.APPENDIX_D) - kernel
     ax.scatter([0, 1], paper, marker="*", s=90, color="tab:green", label="Eq. 29 (paper)")
-    ax.axhspan(-0.02, 0.02, color="0.9", zorder=0, label="±0.02 (spec)")
+    ax.axhspan(-0.02, 0.02, color="0.9", zorder=0, label="±0.02 (ours)")
     ax.axhline(0, color="black", linestyle=":", linewidth=1)
     ax.set_xticks([0, 1], ["$x_n = 0$ (kernel p)", "$x_n = 1$ (kernel 1−q)"])
     ax.set(

@@ -261,7 +261,8 @@ def train_symmetric_runs(
 ) -> list[StateRun]:
     """Train every (p, seed) pair of the S-state symmetric chain for one tying as one ensemble.
 
-    x_1 is uniform, which is the stationary law of the symmetric kernel (spec A, Sec. 2).
+    x_1 is uniform, which is the stationary law of the symmetric kernel (paper A,
+    journal Sec. 4.3), as the authors' code draws it.
     """
     from lightning_modules import ChainMember  # imports Lightning: only where trained
 

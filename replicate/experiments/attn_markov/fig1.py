@@ -2,8 +2,9 @@
 
 Single-layer transformers trained on P(0.5, 0.8) get stuck at the unigram loss H(pi);
 deeper ones "first reach a plateau at H(pi)" and then drop to the entropy rate. Both model
-variants are trained (spec A, Sec. 1.4 and 7.1: `theory` without layer norm, `gpt2` with
-it), one ensemble per (variant, depth), and every run is reported; no variant is preferred.
+variants are trained (docs/choices.md; paper A, Sec. 2.1 vs Table 1: `theory` without layer
+norm, `gpt2` with it), one ensemble per (variant, depth), and every run is reported; no
+variant is preferred.
 
 The `theory` depth-1 runs are Fig. 3's tied p = 0.5, q = 0.8 runs (same model, data, seeds
 and training, hence bit-identical): Fig. 1 reads them from its upstream `attn_markov_fig3`
@@ -61,11 +62,11 @@ class Architecture(Strict):
 
 
 class PlateauSettings(Strict):
-    """The slope-based plateau detector shared by the papers (spec C §4.0;
+    """The slope-based plateau detector shared by the papers (ours, no paper defines one;
     `replicate.analysis.detect_plateaus`): running-median window (evaluations), flatness
     threshold kappa (fraction of the curve's mean descent rate) and minimum length rho
     (fraction of the training iterations). A run "sits on the H(pi) plateau" when one of its
-    plateaus has a level in the unigram band of spec C §4.0's level assignment
+    plateaus has a level in the unigram band of our level assignment
     (`replicate.analysis.assign_level` with the run's unigram and bigram oracles) and a
     later one lies lower; a curve that merely passes through H(pi) while descending has no
     flat stretch there, however close to H(pi) it passes.

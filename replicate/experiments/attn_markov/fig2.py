@@ -1,7 +1,7 @@
 """Paper A, Fig. 2b: the data the models see follow the Markov kernel (generated-data check).
 
-Fig. 2b is the state diagram of P(p, q) (paper A, Sec. 2.2); it has no experiment. Spec A
-(Sec. 4, "Fig. 2") proposes checks of the samplers instead: sample sequences with
+Fig. 2b is the state diagram of P(p, q) (paper A, Sec. 2.2); it has no experiment. We add
+checks of the samplers instead (ours, not the paper's): sample sequences with
 `replicate.markov.sample_chain` (the sampler that feeds training) from x_1 ~ pi and compare
 (i) empirical transition frequencies with the kernel (binary: |P^_01 - p|, |P^_10 - q| <= 0.01;
 symmetric S-state chain of the journal version's Sec. 4.3: stay frequency within 0.01 of
@@ -66,7 +66,7 @@ def marginal_frequencies(tokens: torch.Tensor, n_states: int) -> np.ndarray:
 
 
 def checked_positions(seq_len: int) -> list[int]:
-    """1-based positions {1, N/2, N} of spec A, Fig. 2."""
+    """1-based positions {1, N/2, N} of our Fig. 2 check."""
     return [1, seq_len // 2, seq_len]
 
 
@@ -156,7 +156,8 @@ def summary_frame(per_chain: dict[str, dict[str, Metrics]]) -> pd.DataFrame:
 
 
 TRANSITION_TOLERANCE = 0.01
-"""Spec A, Fig. 2: largest allowed |P^_ij - P_ij| (the claims' tolerance on panel (b))."""
+"""Ours (paper A, Fig. 2 gives none): largest allowed |P^_ij - P_ij| (the claims' tolerance
+on panel (b))."""
 Z_BOUND = 5.0
 """The claims' bound on the largest |z| of the law of x_n (panel (c)): x_1 ~ pi gives
 x_n ~ pi at every n (paper A, Sec. 2.2), so a correct sampler exceeds it with probability
@@ -174,7 +175,7 @@ def _plot(
     frame = summary_frame(per_chain)
     _bars(axes[1], frame, "transition_error", "(b) max |P̂ − P| over kernel entries")
     axes[1].set_ylabel("absolute error")
-    _limit(axes[1], TRANSITION_TOLERANCE, f"spec tolerance {TRANSITION_TOLERANCE:g}")
+    _limit(axes[1], TRANSITION_TOLERANCE, f"our tolerance {TRANSITION_TOLERANCE:g}")
     _bars(axes[2], frame, "marginal_max_z", "(c) max |z| of P̂(x_n = s), every n and s")
     axes[2].set_ylabel("|z| = |P̂ − π_s| / √(π_s(1 − π_s)/B)")
     _limit(axes[2], Z_BOUND, f"bound |z| = {Z_BOUND:g} (x_n ~ π, Sec. 2.2)")

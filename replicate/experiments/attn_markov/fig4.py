@@ -4,7 +4,7 @@ Each heat-map cell is the average over runs of f-bar_0, the model's mean predict
 P(x_{n+1}=1 | x_n=0), whose correct (bigram) value is p. The paper: without tying every
 cell is ~p; with tying p+q<1 cells are ~p, while for p+q>1 "some of the runs predict the
 stationary probability instead, causing the average to diverge from the correct p". The
-grid values are not printed in the paper; the spec proposes {0.1, 0.3, 0.5, 0.7, 0.9}^2,
+grid values are not printed in the paper; ours is {0.1, 0.3, 0.5, 0.7, 0.9}^2,
 whose anti-diagonal p+q=1 holds control cells (there p = pi_1 and the gap is zero).
 All cells and seeds of one tying train as one ensemble.
 """
@@ -154,7 +154,7 @@ def per_cell_metrics(cells: pd.DataFrame) -> Metrics:
 
 
 def group_metrics(runs: pd.DataFrame, cells: pd.DataFrame) -> Metrics:
-    """The numbers behind claims A4.1-A4.4 (spec A, Fig. 4), one key per non-empty group.
+    """The numbers behind claims A4.1-A4.4 (paper A, Fig. 4), one key per non-empty group.
 
     ``<tying>/<side>/...`` groups cells by the side of p+q=1; classified runs only for the
     class fractions; ``boundary/max_cell_dev_f0`` pools both tyings (the control cells).

@@ -3,10 +3,11 @@
 The paper: with tying the single-layer model "tend[s] to get stuck in local minima
 (unigram)", without tying it reaches the bigram; and it converges to the global minimum
 "even at" some p > 1/2, "suggesting that the switching threshold exceeds 0.5" (the value is
-left open). Spec A, Sec. 3.4 derives the threshold p > (S-1)/S for the tied theta_pi to be
-a local minimum; that is our derivation, not the paper's, and the optional
-``threshold_ps`` (tied only) probe it. Settings follow the authors' code as identified by
-the spec (S=5, d=8, p in {0.1, 0.3, 0.6, 0.9}, 3 runs, 5000 iterations).
+left open). We derive the threshold p > (S-1)/S for the tied theta_pi to be a local
+minimum (`replicate.theory.attn_markov`); that is our derivation, not the paper's, and the
+optional ``threshold_ps`` (tied only) probe it. Settings follow the authors' code,
+`Markov-Simple/src/schedule4.sh`, which we infer made Fig. 5 (S=5, d=8,
+p in {0.1, 0.3, 0.6, 0.9}, 3 runs, 5000 iterations).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Fig5Settings(Strict):
 
     @property
     def threshold(self) -> float:
-        """(S-1)/S: the derived switch of the tied theta_pi (spec A, Sec. 3.4; not the paper's)."""
+        """(S-1)/S: the derived switch of the tied theta_pi (our derivation; not the paper's)."""
         return (self.states - 1) / self.states
 
 

@@ -2,8 +2,8 @@
 
 Table 1 lists the parameters of the GPT-2 model with their shapes; `table1` instantiates the
 `gpt2` variant of `EnsembleGPT` and matches every parameter against it. The lm_head bias
-(and, untied, the lm_head weight) are not in Table 1 but are in the authors' code (spec A,
-Sec. 1.2); they are listed as explained extras. Table 2 lists the hyper-parameters;
+(and, untied, the lm_head weight) are not in Table 1 but are in the authors' code (its
+`lm_head` has a bias); they are listed as explained extras. Table 2 lists the hyper-parameters;
 `table2` reads the settings that Fig. 3's models were actually trained with (the upstream
 experiment's provenance.json) and compares each with the published value or grid.
 """
@@ -131,7 +131,7 @@ def missing_lines(frame: pd.DataFrame, n_layer: int) -> int:
 
 
 def tying_metrics(s: Table1Settings) -> Metrics:
-    """Tied: lm_head.weight is the wte tensor and the optimizer sees it once (spec A, T1)."""
+    """Tied: lm_head.weight is the wte tensor and the optimizer sees it once (Table 1; ours)."""
     model = gpt2_model(s, 1, tied=True)
     wte = model.transformer["wte"].weight
     decay, no_decay = model.decay_parameters()

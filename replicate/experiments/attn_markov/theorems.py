@@ -1,6 +1,6 @@
 """Paper A, Theorems 1-3, Lemma 1 and the multi-state analogues: exact checks, no training.
 
-Wraps `replicate.theory.attn_markov.run_theorem_checks` (spec A, Sec. 5.2 items 1-9): the
+Wraps `replicate.theory.attn_markov.run_theorem_checks` (its items 1-9): the
 population loss of the single-layer theory model is enumerated exactly in float64 over all
 S^N sequences, so gradient norms, Hessian eigenvalues and loss probes carry no Monte-Carlo
 noise. Item 10 (App. D arithmetic) belongs to `attn_markov_appD`.
@@ -29,7 +29,7 @@ from replicate.theory import attn_markov as am
 
 
 class SizesSettings(Strict):
-    """d, m, r and N of the binary checks (spec A, Sec. 5.1: d = m = 3, r = 12, N = 6)."""
+    """d, m, r and N of the binary checks (ours: d = m = 3, r = 12, N = 6)."""
 
     d: PositiveInt
     m: PositiveInt
@@ -125,7 +125,7 @@ GROUPS = {
     "A-T2": "Theorem 2: weight-tied θπ (Eq. 11) and its Hessian (Eq. 12, App. B.4)",
     "A-T3": "Theorem 3: untied extension of θπ is a saddle (App. B.5)",
     "A-L1": "Lemma 1: loss = mean KL + entropy rate",
-    "A-MS": "Multi-state analogues (spec A §3.4, derived here [D]; not claims of the paper)",
+    "A-MS": "Multi-state analogues (derived here; not claims of the paper)",
 }
 
 
@@ -195,7 +195,7 @@ def markdown_table(rows: list[am.CheckRow]) -> str:
     lines = [
         "# Paper A: exact checks of Theorems 1-3 (float64, population loss enumerated)",
         "",
-        "Each line is one check of spec A, Sec. 5.2; a check passes when all its "
+        "Each line is one check of a theorem of the paper; a check passes when all its "
         "measurements meet their criteria. Values are exact up to float64 round-off.",
     ]
     for prefix, title in GROUPS.items():
@@ -310,7 +310,7 @@ def _plot_threshold(ax, s: TheoremSettings, metrics: Metrics) -> None:
         ax.axvline((n - 1) / n, color=color, linestyle=":", linewidth=1)
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set(
-        title="(b) tied θπ$^S$, constant $p_n$: saddle iff p < (S−1)/S [D]",
+        title="(b) tied θπ$^S$, constant $p_n$: saddle iff p < (S−1)/S (derived)",
         xlabel="switch probability p",
         ylabel="smallest eigenvalue of the E-block\n(Schur complement over b)",
     )
@@ -331,7 +331,7 @@ def _plot(s: TheoremSettings, metrics: Metrics, ctx: RunContext) -> None:
 
 # ----------------------------------------------------------------------------- experiment
 def theorems(s: TheoremSettings, ctx: RunContext) -> Metrics:
-    """Spec A, Sec. 5.2 items 1-9: the table of exact checks, the figure and the metrics."""
+    """Items 1-9 of `run_theorem_checks`: the table of exact checks, the figure and the metrics."""
     rows = am.run_theorem_checks(
         am.ModelSizes(**s.sizes.model_dump()),
         [am.MultiStateCase(c.n_states, c.n_positions, tuple(c.switch_probs)) for c in s.multistate],

@@ -1,11 +1,11 @@
 """Paper B: the canonical 3-scalar model (e, w, b) trained with SGD from basin inits (Fig. 4 rule).
 
 The authors' `Markov-Fixed` code trains the scalars of logit = e^2 (1 + 2w|w|) x + b - e^2/2
-(Eq. 6) with SGD on sampled sequences (spec B §3.4, "canonical 3-scalar model"). With a
+(Eq. 6) with SGD on sampled sequences (ours: an extra, not a figure of the paper). With a
 small learning rate SGD follows the gradient flow, so each run should end in the limit
 class that Thm 2 (p + q > 1) / Thm 8 (p + q < 1) gives for its (e_0, w_0). The bias starts
 at b*(theta_0) (Lemma 5): with b_0 = 0 a near-separatrix init can cross the separatrix
-while b catches up (spec B §3.4).
+while b catches up (our observation).
 
 Training goes through `train_ensemble`, as every other training in the harness: the
 `EnsembleCanonical` model, the `BinaryLogitCE` objective, plain SGD, and a probe that

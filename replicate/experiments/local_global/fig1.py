@@ -4,7 +4,7 @@ Panels (a, c): the flow lines of (GF) on the contour lines of the energy E(e, w)
 with the critical sets of Thm 1. Panels (b, d): the basins I_* and I_min of Thm 8
 (p + q < 1) and Thm 2 (p + q > 1), the saddle separatrix I_sad, and where integrated flows
 from Gaussian initialisations ended. The claims are checked on Gaussian, grid, e-axis and
-I_common initialisations (spec B §4, Fig. 1a-d), plus the closed forms behind them
+I_common initialisations (paper B, Fig. 1a-d), plus the closed forms behind them
 (Lemmas 5, 7, 8 and Thm 1) and, with the bias b, Lemmas 2, 3, 4, 6 and Thm 7
 (`bias_checks`) and Thm 6 (`thm6_checks`), and Thms 4-5 on the full transformer at App. D's
 construction and App. C's closed-form prediction (`full_model_checks`). No training happens here.
@@ -42,7 +42,7 @@ from replicate.theory import local_global as lg
 
 STAR, MIN = lg.LimitClass.STAR, lg.LimitClass.MIN
 PLOT_EXTENT = 3.0
-"""Fig. 1's axes: w and e in [-3, 3] (spec B §4, Fig. 1a/1c)."""
+"""Fig. 1's axes: w and e in [-3, 3] (paper B, Fig. 1a/1c)."""
 
 
 class Fig1Settings(Strict):
@@ -53,7 +53,7 @@ class Fig1Settings(Strict):
     sigmas: list[PositiveFloat] = Field(min_length=1)
     inits_per_sigma: PositiveInt
     assert_sigma_max: PositiveFloat
-    """Energy drift and limit error are asserted for sigma <= this (spec B §4, F1-energy)."""
+    """Energy drift and limit error are asserted for sigma <= this (ours; Lemma 1)."""
     grid_points: PositiveInt
     extent: PositiveFloat
     common_inits: PositiveInt

@@ -4,7 +4,7 @@ The flow (GF-attn) conserves E(e, w, a) = e^2 - (w^2 + sign(w) log|w|) - 2a^2 (E
 Lemma 14) and converges to a critical point of Thm 10 (Thm 3). Paper B has no closed-form
 basins in 3-D; its Fig. 2 (and the informal Thm 11, App. M.5) shows that small Gaussian
 inits end at local minima for p + q > 1 and at global minima for p + q < 1. Checked here
-on Gaussian inits (spec B §4, Fig. 2: F2-energy, F2-gauss, F2-crit, F2-report), plus the
+on Gaussian inits (Fig. 2; Lemma 14, Thm 11, Thm 10, and reported fractions), plus the
 critical sets of the same model with the bias b in R^4 (Thm 9, `thm9_checks`). No training.
 """
 
@@ -44,9 +44,9 @@ class Fig2Settings(Strict):
     """Chains drawn in 3-D: p + q < 1, then p + q > 1."""
     chains: list[BinaryChainSettings] = Field(min_length=1)
     small_sigmas: list[PositiveFloat] = Field(min_length=1)
-    """Sigmas of the asserted small-init claim (F2-gauss)."""
+    """Sigmas of the asserted small-init claim (Thm 11, Fig. 2)."""
     report_sigmas: list[PositiveFloat]
-    """Sigmas whose outcome fractions are reported only (F2-report: no theorem)."""
+    """Sigmas whose outcome fractions are reported only (no theorem covers them)."""
     inits_per_sigma: PositiveInt
     plane_inits: PositiveInt
     check_points: PositiveInt
@@ -96,7 +96,7 @@ def station_is_saddle(point: np.ndarray, chain: BinaryChainSettings, radius: flo
 
     At Theta_station, Delta_a = e^2 (1 + a e^2)(1 + 2w|w|) is a product of two factors
     that change sign independently, and L = Phi(Delta_a) with Phi monotone near 0, so the
-    corners straddle L = H(x_{n+1}) (spec B §2.7: the points are saddles).
+    corners straddle L = H(x_{n+1}) (ours: the points are saddles).
     """
     corners = np.array(np.meshgrid(*[[-1.0, 1.0]] * 3)).reshape(3, -1).T * radius / math.sqrt(3)
     excess = _loss(point + corners, chain) - lg.chain_constants(chain.p, chain.q).unigram_loss

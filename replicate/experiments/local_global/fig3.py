@@ -1,9 +1,9 @@
 """Paper B, Fig. 3: from a tiny Gaussian init, the trained weights are rank one along e.
 
 App. A.3.1: p = 0.2, q = 0.3, N = 1024, d = 8, every parameter N(0, 0.001^2), B = 16,
-800 iterations. The text says "SGD"; Table 2 says AdamW, used here (spec B §2.10.8). At
-convergence W_V and W_1 (and W_2, W_Q, W_K) are approximately rank one, with the
-embedding-side factor along e, and e is on the hypercube up to scale.
+800 iterations. The text says "SGD"; Table 2 says AdamW, used here (ours: "SGD" read
+generically). At convergence W_V and W_1 (and W_2, W_Q, W_K) are approximately rank one,
+with the embedding-side factor along e, and e is on the hypercube up to scale.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 App. A.3.2: from the standard N(0, 0.02^2) init the model "converges to a local minimum
 corresponding to the unigram model"; from the proposed init (e coordinates 0.5, W_1 = 1,
-W_2 = -1, "corresponding to I_* in Fig. 1d") it reaches the bigram loss. Spec B §3.4 found
-the first half fragile: a unigram *plateau* that the runs leave at the paper's N. So this
+W_2 = -1, "corresponding to I_* in Fig. 1d") it reaches the bigram loss. Our re-implementation
+found the first half fragile: a unigram *plateau* that the runs leave at the paper's N. So this
 rule reports per-seed outcomes, the loss at the plateau iterations and at the end, and the
 prediction P(x_{n+1} = 1 | x_n) there. It also runs the proposed inits on p = 0.2, q = 0.3
-(spec B, [Ours]) and trains the canonical 3-scalar model with SGD from basin inits
+(ours, not the paper's) and trains the canonical 3-scalar model with SGD from basin inits
 (`canonical_sgd`).
 """
 

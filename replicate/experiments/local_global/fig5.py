@@ -2,10 +2,10 @@
 
 The caption's claim: "the local minima are repellors for p + q < 1, while attracting for
 p + q > 1". Near e = 0 the flow has d log|e|/dt = -2 pi0 pi1 (p+q-1)(1 + 2w|w|) (Lemma 8's
-Hessian; spec B §2.6 and §4, F5-rate), checked on integrated flows from e_0 = 1e-4. Near
+Hessian, linearised by us; cf. App. M.5), checked on integrated flows from e_0 = 1e-4. Near
 the origin (w > -1/sqrt 2) the plane e = 0 is made of local *maxima* when p + q < 1 (the
 Hessian's e-e entry is negative; the figure colours them purple): the caption mislabels
-them, as Thm 10(iii) labels Theta_max "Theta_min" (spec B §2.10 item 3). So the rate checks
+them, as Thm 10(iii) labels Theta_max "Theta_min" (typo 3 of `lg`'s docstring). So the rate checks
 classify every point of the plane by the sign of that Hessian entry (`lg.hessian_on_w_axis`)
 and test "maxima repel, minima attract" each where it applies, with points at w_0 <
 -1/sqrt 2 so that the p + q < 1 minima are tested too; the fraction of the p + q < 1 points
@@ -43,7 +43,7 @@ class Fig5Settings(Strict):
     box: PositiveFloat
     """Half-width of the zoom box around the origin; bound on |w_0|, |a_0| of the rate checks."""
     rate_points: list[tuple[float, float]] = Field(min_length=1)
-    """(w_0, a_0) of the rate checks (spec B §4, F5-rate; w_0 < -1/sqrt 2 reaches the other
+    """(w_0, a_0) of the rate checks (ours, Lemma 8's rate; w_0 < -1/sqrt 2 reaches the other
     half of the plane), plus ``random_rate_points`` drawn in the box."""
     random_rate_points: int = Field(ge=0)
     e0: PositiveFloat
@@ -102,7 +102,7 @@ def rate_table(s: Fig5Settings, rng: np.random.Generator) -> pd.DataFrame:
 
 
 def rate_metrics(rates: pd.DataFrame) -> Metrics:
-    """F5-rate: relative error of the linearised rate; maxima repel and minima attract, each
+    """Fig. 5's rate: relative error of the linearised rate; maxima repel and minima attract, each
     where it applies; the caption's label; and App. M.5's printed rate."""
     relative = (rates.measured_rate / rates.predicted_rate - 1.0).abs()
     minima = rates[rates.critical == "minimum"]

@@ -2,7 +2,7 @@
 
 App. A.3.1: "we randomly initialize the weight parameters as rank-one matrices and the
 embeddings on the hypercube", then train without constraints. The recipe is the authors'
-``--init lowrank`` (spec B §3.3, `transformer.InitName` "rank_one"), whose default
+``--init lowrank`` (`transformer.InitName` "rank_one"), whose default
 ``v_std = 0`` makes W_V = 0 rather than a random rank-one matrix. The primary run follows the
 paper (W_V = alpha v^T with v ~ N(0, value_std^2), value_std > 0); the authors' W_V = 0 is
 trained too as a labelled variant (metrics under ``wv_zero/``, structure_wv_zero.csv).

@@ -20,7 +20,7 @@ PositiveFloat = Annotated[float, Field(gt=0.0)]
 
 
 class FlowSettings(Strict):
-    """Integrator of (GF) / (GF-attn): spec B §4 conventions (LSODA, rtol 1e-9, atol 1e-11, T)."""
+    """Integrator of (GF) / (GF-attn): our conventions (LSODA, rtol 1e-9, atol 1e-11, T)."""
 
     t_max: PositiveFloat
     rtol: PositiveFloat
@@ -50,7 +50,7 @@ def outcome_table(
 ) -> pd.DataFrame:
     """One row per trajectory: init, energy, limit and its class, drift, |grad L|, end loss.
 
-    In 2D it adds the basin of Thm 2/8 (``basin``) and the closed-form limit of spec B §2.8
+    In 2D it adds the basin of Thm 2/8 (``basin``) and our closed-form limit (proofs of Thms 2/8)
     (``e_pred``, ``w_pred``); ``limit_error`` is the sup-norm distance between the two limits.
     """
     dim = inits.shape[1]
@@ -80,7 +80,7 @@ def outcome_table(
 
 def near_separatrix(frame: pd.DataFrame, margin: float) -> pd.Series:
     """Inits with |E0 - E_sad| < margin: their flow ends next to the saddle, where the rate
-    1 + 2w|w| vanishes, and no finite T classifies them reliably (spec B §4, F1-basin)."""
+    1 + 2w|w| vanishes, and no finite T classifies them reliably (the Thm 2/8 checks skip them)."""
     return (frame.energy0 - lg.ENERGY_SADDLE).abs() < margin
 
 

@@ -2,7 +2,7 @@
 or stays (Fig. 6) rank one, along the embedding direction e (App. A.3.1).
 
 Both figures train an ensemble of seeds with `train_ensemble`, keep parameter snapshots
-every ``log_every`` iterations, and measure at each snapshot (spec B §4):
+every ``log_every`` iterations, and measure at each snapshot (our measures of App. A.3.1's claims):
 * rho_1(W) = sigma_1^2 / sum sigma_i^2 for W_1, W_2, W_V, W_Q, W_K (`top_share`);
 * cos_e(W): alignment of the embedding-side singular vector of W with e (`alignment`);
 * hc(e) = min|e_i| / max|e_i| (e on the hypercube) and the alignment of p_n with e.

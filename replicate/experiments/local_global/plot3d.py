@@ -48,7 +48,7 @@ def critical_sets(ax: Axes, chain: BinaryChainSettings, box: tuple[float, float,
 
     Theta_* (green points on Delta_a = c*, Eq. 49), the plane e = 0 split at w = -1/sqrt 2
     into local minima (red) and maxima (purple), the saddle line (orange) and
-    Theta_station = {w = -1/sqrt 2, a = -1/e^2} (brown; spec B §2.7: saddles).
+    Theta_station = {w = -1/sqrt 2, a = -1/e^2} (brown; saddles, by our check).
     """
     w_box, a_box, e_box = box
     e, w = np.meshgrid(np.linspace(-e_box, e_box, 90), np.linspace(-w_box, w_box, 90))

@@ -1,7 +1,7 @@
 """Paper B, Tables 1 and 2 (App. O): the instantiated model and the resolved settings.
 
 Table 1 lists the GPT-2 parameters with their shapes, LayerNorms included; paper B's own
-model (§2) and the authors' `Markov-Simple2` code have no LayerNorm (spec B §1, §2.10.10).
+model (§2) and the authors' `Markov-Simple2` code have no LayerNorm (docs/choices.md).
 `table1` instantiates both the harness's paper-B model (the `theory` variant with the
 uni-embedding pinned, `transformer.pin_uni_embedding`) and the `gpt2` variant (the
 LayerNorm ablation) and matches each parameter against Table 1. `table2` reads the

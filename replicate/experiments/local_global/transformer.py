@@ -1,16 +1,16 @@
 """Paper B's single-layer transformer in `EnsembleGPT`: its embedding, initialisations, weights.
 
 Paper B §2 embeds x_n as x_n e + p_n and reads out logit_n = <e, z_n> + b (weight tying,
-e = a), with no LayerNorm (the authors' `Markov-Simple2` code, spec B §1). `EnsembleGPT`'s
+e = a), with no LayerNorm (the authors' `Markov-Simple2` code). `EnsembleGPT`'s
 tied `theory` variant has a 2-row token table wte and a 2-class head with bias; the
 softmax over its two logits is the sigmoid of their difference, so with
 e = wte[1] - wte[0], p_n = wte[0] + wpe[n] and b = b_1 - b_0 it is the same function
-class (spec A §1.2). `pin_uni_embedding` makes it the same *parameterisation* too:
+class (as for paper A's model). `pin_uni_embedding` makes it the same *parameterisation* too:
 wte[0] = 0 and b_0 = 0, held there by zeroing their gradients, so that e = wte[1],
 p_n = wpe[n] and b = b_1 are trained exactly as paper B's e, p_n and b. Table 1 of paper B
 lists wte as 2 x d, which this keeps.
 
-The initialisations of paper B (App. A.3, spec B §3.3-3.4) run through `train_ensemble`'s
+The initialisations of paper B (App. A.3; the authors' code) run through `train_ensemble`'s
 ``initialize`` hook, after the default N(0, init_std^2) draw, one recipe per member.
 """
 
@@ -32,10 +32,10 @@ InitName = Literal["standard", "rank_one", "paper_literal", "canonical", "repo_g
 
 * standard: every weight N(0, init_std^2), c_proj N(0, init_std^2 / 2) (nanoGPT; Figs. 3, 4);
 * rank_one: random rank-one W_1, W_2, W_V and e, p_n on the hypercube (Fig. 6; the authors'
-  ``--init lowrank`` recipe, spec B §3.3);
+  ``--init lowrank`` recipe);
 * paper_literal: Fig. 4's text, "e coordinates 0.5, W_1 = 1, W_2 = -1" (App. A.3.2);
 * canonical: the rank-one weights of the canonical point (e, w) = (0.5, -1) in I_common
-  (paper B App. D map; spec B §2.10.9 "canonical_0.5_-1");
+  (paper B App. D map; "canonical_0.5_-1");
 * repo_good: the authors' ``--init good``: wte = -1, wpe = 0.5, c_fc = 2, c_proj = -2.
 """
 
@@ -74,7 +74,7 @@ def pin_uni_embedding(model: EnsembleGPT) -> None:
 # ----------------------------------------------------------------------------- initialisations
 @dataclass(frozen=True)
 class InitOptions:
-    """Knobs of the recipes: W_V's std in rank_one (spec B §3.3: v_std, default 0) and the
+    """Knobs of the recipes: W_V's std in rank_one (the authors' v_std, default 0) and the
     canonical point (e, w) of `canonical`."""
 
     value_std: float = 0.0
@@ -84,7 +84,7 @@ class InitOptions:
 def _rank_one(
     params: Mapping[str, torch.Tensor], i: int, rng: np.random.Generator, options: InitOptions
 ) -> None:
-    """Spec B §3.3 ([R] ``--init lowrank``): alpha ~ U{+-1}^d, e = e0 alpha, p_n = -e0/2 alpha,
+    """The authors' ``--init lowrank``: alpha ~ U{+-1}^d, e = e0 alpha, p_n = -e0/2 alpha,
     W_1 = w alpha^T, W_2 = alpha w^T with w = |0.1 N(0,1)| s, s ~ U{+-1}^{4d},
     W_V = alpha v^T with v ~ N(0, value_std^2), b ~ N(0, 1); W_Q, W_K, W_O stay standard."""
     d = params[WTE].shape[-1]
@@ -120,7 +120,8 @@ def _canonical(
 
 
 def _repo_good(params: Mapping[str, torch.Tensor], i: int, *_: object) -> None:
-    """The authors' ``--init good`` (spec B §2.10.9): wte = -1, wpe = 0.5, c_fc = 2, c_proj = -2."""
+    """The authors' ``--init good`` (not App. A.3.2's values): wte = -1, wpe = 0.5, c_fc = 2,
+    c_proj = -2."""
     params[WTE][i, 1].fill_(-1.0)
     params[WPE][i].fill_(0.5)
     params[C_FC][i].fill_(2.0)
@@ -193,7 +194,7 @@ def member_weights(params: Mapping[str, torch.Tensor], i: int) -> MemberWeights:
 
 def top_share(matrix: np.ndarray) -> float:
     """rho_1 = sigma_1^2 / sum_i sigma_i^2, the "fraction of energy" of the top singular value
-    (spec B §4; its inverse is the stable rank). NaN for the zero matrix."""
+    (as in the authors' code; its inverse is the stable rank). NaN for the zero matrix."""
     singular = np.linalg.svd(matrix, compute_uv=False)
     total = float(np.sum(singular**2))
     return float(singular[0] ** 2 / total) if total > 0 else math.nan
@@ -202,7 +203,7 @@ def top_share(matrix: np.ndarray) -> float:
 def alignment(matrix: np.ndarray, direction: np.ndarray, side: Literal["right", "left"]) -> float:
     """|<v_1, direction/|direction|>| for the top right (input-side) or left singular vector.
 
-    Spec B §4 defines cos_e(W) with the right singular vector; W_2 (d x 4d) maps into the
+    Our cos_e(W) uses the right singular vector; W_2 (d x 4d) maps into the
     embedding space, so its embedding-side factor is the left one.
     """
     u, singular, vt = np.linalg.svd(matrix)
@@ -213,7 +214,7 @@ def alignment(matrix: np.ndarray, direction: np.ndarray, side: Literal["right", 
 
 
 def hypercube_ratio(e: np.ndarray) -> float:
-    """hc(e) = min_i |e_i| / max_i |e_i|: 1 when e is on a scaled hypercube {+-c}^d (spec B §4)."""
+    """hc(e) = min_i |e_i| / max_i |e_i|: 1 when e is on a scaled hypercube {+-c}^d (ours)."""
     magnitudes = np.abs(e)
     return float(magnitudes.min() / magnitudes.max())
 

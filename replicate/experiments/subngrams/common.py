@@ -28,11 +28,11 @@ from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
 
 
 class ChainSettings(Strict):
-    """In-context n-gram prior (paper C, Sec. 2.2; spec C §1.1-1.2).
+    """In-context n-gram prior (paper C, Sec. 2.2 and Sec. 5; the authors' `problems.py`).
 
     ``order`` is paper C's n (the next token depends on the previous n-1 tokens);
     ``initial`` = uniform first n-1 tokens as the authors' code, or a stationary window
-    (paper C, App. H.1; spec C §1.2).
+    (paper C, App. H.1).
     """
 
     states: Annotated[int, Field(ge=2)]
@@ -49,7 +49,7 @@ class ChainSettings(Strict):
 
 
 class DataSettings(ChainSettings):
-    """The prior plus the context length T (spec C §1.3)."""
+    """The prior plus the context length T (paper C, Sec. 2.1; the authors' code)."""
 
     seq_len: PositiveInt
 
@@ -81,7 +81,7 @@ def histories(order: int) -> list[tuple[int, ...]]:
 
 def history_losses(batch: SequenceBatch, chain: ChainSettings, eps: float) -> pd.DataFrame:
     """Loss of the add-alpha estimator of every history on ``batch`` (1, N, T), with its
-    Monte-Carlo standard error (spec C §1.4-1.5, the dashed lines of every figure).
+    Monte-Carlo standard error (paper C, Def. 2.1 and Fig. 1: the dashed lines of every figure).
 
     f = (N + alpha) / (sum N + S alpha), alpha = the Dirichlet alpha; keys i >= n-1 (the
     authors' code counts only positions whose full (n-1)-history exists), all T tokens for
@@ -171,7 +171,7 @@ def kgram_levels(table: pd.DataFrame) -> np.ndarray:
 
 def level_noise(table: pd.DataFrame) -> float:
     """The standard error of a loss on this test set: the largest Monte-Carlo standard error
-    of the k-gram losses b_1..b_n of `history_losses` (spec C §4.6 puts it at about 0.005
+    of the k-gram losses b_1..b_n of `history_losses` (our estimate puts it at about 0.005
     nats at 2^12 sequences). A model's loss on the same sequences has a spread like theirs;
     a plateau level closer than this to a band edge is called by noise."""
     return float(table[table.k > 0]["sem"].max())
@@ -179,16 +179,17 @@ def level_noise(table: pd.DataFrame) -> float:
 
 # ----------------------------------------------------------------------------- training
 class TrainingSettings(settings.TrainingSettings):
-    """Steps, batch and evaluation cadence (spec C §2.4, §4.0); ``seq_len`` is T."""
+    """Steps, batch (paper C, Sec. 5, App. I.1), evaluation cadence (ours); ``seq_len`` is T."""
 
-    gradset_sequences: Annotated[int, Field(ge=0)] = 0  # population gradient (spec C §4.0)
+    gradset_sequences: Annotated[int, Field(ge=0)] = 0  # population gradient (ours)
     gradset_chunks: Annotated[int, Field(ge=2)] = 8
 
 
 class OptimSettings(Strict):
-    """optax.adamw(lr, weight_decay, b1=momentum=0) (spec C §0.5, §2.4) with a constant rate,
-    or with ``schedule = "cosine"`` the authors' train.py default for Fig. 7 (paper C,
-    App. I.3), optax.cosine_decay_schedule(lr, steps): a cosine from lr to 0 over the run
+    """optax.adamw(lr, weight_decay, b1=momentum=0) (the authors' code; paper C, Sec. 5
+    says "Adam") with a constant rate, or with ``schedule = "cosine"`` the authors' train.py
+    default for Fig. 7 (paper C, App. I.3), optax.cosine_decay_schedule(lr, steps): a cosine
+    from lr to 0 over the run
     with no warm-up. It maps to ``warmup_cosine`` with ``pct_start = 0``: the rate is lr at
     steps 0 and 1, then a cosine over the remaining steps, ~0 at the last one (optax's runs
     at most a step ahead of it: the rates differ by at most lr * pi / (2 steps))."""
@@ -218,7 +219,8 @@ def train(
     label: str,
     progress: bool,
 ) -> TrainedEnsemble:
-    """Train one ensemble member per seed on fresh in-context batches (spec C §1.3)."""
+    """Train one ensemble member per seed on fresh in-context batches (paper C, Sec. 2.1;
+    a new batch each step is ours)."""
     plan = TrainingPlan(**training.model_dump())
     members = [Member(chain.source, seed) for seed in seeds]
     return train_ensemble(
@@ -254,7 +256,7 @@ def train_simplified(
     probes: Mapping[str, Probe],
     ctx: RunContext,
 ) -> TrainedEnsemble:
-    """The simplified model (spec C §2.1), one member per seed, trained as one ensemble."""
+    """The simplified model (paper C, Sec. 2.3), one member per seed, trained as one ensemble."""
     cfg = DisentangledConfig(chain.states, chain.order - 1, training.seq_len, hidden=hidden)
     model = EnsembleDisentangled(cfg, len(seeds))
     model.init_members(seeds)

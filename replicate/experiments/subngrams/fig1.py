@@ -1,8 +1,8 @@
-"""Paper C, Fig. 1: stage-wise test loss on a 4-gram task (spec C §4.1).
+"""Paper C, Fig. 1: stage-wise test loss on a 4-gram task (Sec. 1).
 
-S = 3, n = 4, T = 128, alpha = 0.5 (inferred from the dashed lines, spec C §1.5), simplified
+S = 3, n = 4, T = 128, alpha = 0.5 (ours: inferred from the dashed lines), simplified
 model with H = 3 heads; every seed one ensemble member. Plateaus are assigned to k-gram
-levels (spec C §4.0); the heads at each plateau's midpoint record which history (contiguous
+levels (ours); the heads at each plateau's midpoint record which history (contiguous
 or not, App. F.2) the model uses there.
 """
 
@@ -69,7 +69,7 @@ def stage_calls(stage: Stages, orders: int) -> dict[str, float]:
     """F1a's and F1b's per-seed values from one reading of the plateaus' orders (of k-gram
     orders 1..``orders``).
 
-    F1b (spec C §4.1) is about the first stage of training: the first plateau the run leaves
+    F1b (paper C, Fig. 1) is about the first stage of training: the first plateau the run leaves
     (an intermediate plateau; the last one is where it ends, and a run that learns nothing is
     one plateau from start to end). ``has_stage`` says whether the seed has one,
     ``first_order`` is its order (``orders`` + 1 when no band holds its level: above every
@@ -81,14 +81,14 @@ def stage_calls(stage: Stages, orders: int) -> dict[str, float]:
     return {
         "plateaus": float(len(stage.plateaus)),
         "intermediate": float(len(stage.intermediate)),
-        # spec C §4.1 F1a: >= 2 intermediate plateaus, assigned orders strictly
+        # F1a (paper C, Fig. 1): >= 2 intermediate plateaus, assigned orders strictly
         # increasing, 2 and 3 among them (a 2-lag history of any lags sits at b_3)
         "strict_stages": float(
             len(stage.intermediate) >= 2
             and all(a < b for a, b in itertools.pairwise(orders))
             and {2, 3} <= set(orders)
         ),
-        # spec C §5 (ci): >= 1 intermediate plateau at k >= 2, the last at k >= 3,
+        # F1a at ci scale (ours): >= 1 intermediate plateau at k >= 2, the last at k >= 3,
         # assigned orders never decreasing
         "reduced_stages": float(
             any(o >= 2 for o in inter)

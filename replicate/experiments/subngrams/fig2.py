@@ -1,8 +1,8 @@
-"""Paper C, Fig. 2: the constructions theta_*^k compute the k-gram estimator (spec C §3.1-3.3).
+"""Paper C, Fig. 2: the constructions theta_*^k compute the k-gram estimator (Sec. 4.1, Lemma B.1).
 
-(a) The worked example of Fig. 2 (spec C §3.3): S = 3, H = 2, one sequence, every k; the
+(a) The worked example of Fig. 2 (Sec. 4.1, our sequence): S = 3, H = 2, one sequence, every k; the
 second-layer attention support and the output against the padded k-gram estimator.
-(b) Check (a) of spec C §3.2: on random in-context sequences, float64, the output of
+(b) Check (a) (Lemma B.1, our test): on random in-context sequences, float64, the output of
 theta_*^k approaches the padded k-gram estimator as c grows (O(T e^{-c}), Lemma B.1), and
 the Def. 2.1 estimator up to the padding boundary effect.
 (c) On the sequences of (b) whose padded match set is empty, theta_*^k's output against
@@ -72,7 +72,7 @@ def constructions(
 
 
 def worked_example(s: ExampleSettings) -> tuple[pd.DataFrame, Metrics]:
-    """Support and output of theta_*^k, k = 1..n, on the example sequence (spec C §3.3)."""
+    """Support and output of theta_*^k, k = 1..n, on the example sequence (Fig. 2, Sec. 4.1)."""
     tokens = torch.tensor(s.tokens)[None]
     points = [(k, s.scale) for k in range(1, s.order + 1)]
     model = constructions(s.states, s.order, tokens.shape[-1], points)
@@ -106,13 +106,14 @@ def worked_example(s: ExampleSettings) -> tuple[pd.DataFrame, Metrics]:
 
 
 def error_bound(seq_len: int, scale: float) -> float:
-    """20 T e^{-c} (spec C §3.2) plus T float64 roundings: at c = 40 the spec's bound alone
-    (5e-15 at T = 64) lies below the rounding error of a T-term softmax average."""
+    """20 T e^{-c} (our bound on Lemma B.1's O(T e^{-c})) plus T float64 roundings: at
+    c = 40 that bound alone (5e-15 at T = 64) lies below the rounding error of a T-term
+    softmax average."""
     return 20 * seq_len * math.exp(-scale) + seq_len * float(np.finfo(np.float64).eps)
 
 
 def check_a(s: Fig2Settings) -> pd.DataFrame:
-    """Errors of theta_*^k against the padded and Def. 2.1 k-gram estimators (spec C §3.2)."""
+    """Errors of theta_*^k against the padded and Def. 2.1 k-gram estimators (Lemma B.1)."""
     data = s.data
     batch = fixed_set(data, s.sequences, s.seed, "test")
     tokens = batch.tokens[0]

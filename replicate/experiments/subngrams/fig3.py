@@ -1,4 +1,4 @@
-"""Paper C, Fig. 3: evolution of the first-layer heads of the simplified model (spec C §4.3).
+"""Paper C, Fig. 3: evolution of the first-layer heads of the simplified model (Sec. 5).
 
 S = 5, n = 3, T = 32, alpha = 0.5, d_h = S; every seed is one member of one ensemble.
 (a) test loss with the add-alpha k-gram losses as dashed lines; (b) the heads'
@@ -62,13 +62,13 @@ AT_PLATEAU = (
     "plateau_nearest_bigram",
     "plateau_nearest_bigram_tv",
 )
-"""The per-seed measures at the second plateau that F3b and F3c (spec C §4.3) reduce over
-the seeds with one (``has_second_plateau`` = 1; `NO_EVENT` in a seed without)."""
+"""The per-seed measures at the second plateau that F3b and F3c (paper C, Sec. 5, Fig. 3)
+reduce over the seeds with one (``has_second_plateau`` = 1; `NO_EVENT` in a seed without)."""
 
 
 class Fig3Settings(Strict):
     chain: ChainSettings
-    hidden: Literal["S", "D"]  # d_h of Q Kt (spec C §0.4: "S" reproduces the plateau)
+    hidden: Literal["S", "D"]  # d_h of Q Kt ("S", the authors' first code, reproduces the plateau)
     seeds: list[int] = Field(min_length=1)
     training: TrainingSettings  # gradset_sequences > 0: F3e needs population gradients
     optim: OptimSettings

@@ -1,11 +1,11 @@
 """Paper C, Fig. 4: the general attention-only transformer, one-hot and learned embeddings
-(App. I.1; spec C §4.5).
+(App. I.1).
 
 S = 3, n = 3, T = 32, alpha = 1, d = S + T, heads [2, 1], AdamW (b1 = 0, weight decay
 1e-4), constant lr 0.005. One ensemble per embedding type (their parameter shapes differ),
 one member per seed. Layer 1's attention is input-dependent: its maps are averaged over a
 fixed set of test sequences at every evaluation, and its offset masses are those of the
-averaged maps (spec C §4.0). attention.csv keeps each run's maps at the start, where F4b
+averaged maps (ours). attention.csv keeps each run's maps at the start, where F4b
 reads the heads and at the end; the figure draws one seed's per embedding (paper C, App.
 I.1, Fig. 4 (b, d)).
 """
@@ -70,7 +70,7 @@ CLAIMED = {
     "F4c": "c_final_heads_1_2",
     "F4d": "all_of_a_c",
 }
-"""Claim -> per-seed indicator (spec C §4.5)."""
+"""Claim -> per-seed indicator (paper C, App. I.1, Fig. 4)."""
 
 
 class Fig4Settings(Strict):
@@ -82,8 +82,9 @@ class Fig4Settings(Strict):
     eps: Annotated[float, Field(gt=0.0)]
     probe_sequences: PositiveInt  # test sequences the attention masses average over
     stage: StageSettings
-    # the paper's highlighted step on the bigram plateau, per embedding (spec C §4.5 [F]:
-    # the notebook's markers t = 30, 300, 800 one-hot and 50, 200, 800 learned): F4b reads
+    # the paper's highlighted step on the bigram plateau, per embedding (the markers of the
+    # authors' notebook `figures/fig2.ipynb`, t = 30, 300, 800 one-hot and 50, 200, 800
+    # learned): F4b reads
     # the heads there when the detector finds no bigram plateau
     marked_steps: dict[Embedding, PositiveInt]
 
@@ -149,7 +150,7 @@ def seed_values(
 ) -> dict[str, float]:
     """F4a-F4d of one member from one reading of its plateaus' orders; masses (n, H, .).
 
-    F4b reads the heads at the middle of the bigram plateau (spec C §4.5) or, when the
+    F4b reads the heads at the middle of the bigram plateau (App. I.1, Fig. 4) or, when the
     detector finds none, at the paper's highlighted step on it (``marked_step``): the heads'
     claim is then tested on its own, the plateau's is F4a's."""
     bigram = order_plateau(stage, 2)

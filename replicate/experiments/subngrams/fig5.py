@@ -1,4 +1,4 @@
-"""Paper C, Fig. 5: first-layer attention at the second plateau over seeds (spec C §4.4).
+"""Paper C, Fig. 5: first-layer attention at the second plateau over seeds (App. I.2).
 
 Derived from Fig. 3 (`upstream: fig3`): reads the saved loss curves and first-layer maps of
 every seed (`histories.pt`) instead of retraining. Per seed: the first step some head is on

@@ -1,8 +1,8 @@
-"""Paper C, Fig. 6: the gradient norm along training of the simplified model (spec C §4.6).
+"""Paper C, Fig. 6: the gradient norm along training of the simplified model (App. I.3).
 
 S = 5, n = 3, T = 128, alpha = 0.5 (inferred), d_h = D; every seed one ensemble member. The
 test loss, and below it the minibatch gradient norm (averaged between evaluations, as the
-authors' code) with the population-gradient norm of spec C §4.0 on a fixed set.
+authors' code) with a population-gradient norm (ours, not in the paper) on a fixed set.
 """
 
 from __future__ import annotations
@@ -72,14 +72,14 @@ def stagewise(stage: Stages, final_order: int) -> bool:
 
 AT_TRANSITION = ("grad_ratio", "grad_spike_factor", "pop_grad_ratio", "grad_peak_distance")
 """The per-seed measures of `gradient_metrics` that need a transition, a plateau followed by
-another: F6b-F6d (spec C §4.6) reduce them over the seeds that made one
+another: F6b-F6d (paper C, App. I.3, Fig. 6) reduce them over the seeds that made one
 (``made_transition`` = 1; `NO_EVENT` in a seed without)."""
 
 
 def gradient_metrics(
     steps: np.ndarray, stage: Stages, minibatch: np.ndarray, population: np.ndarray
 ) -> Metrics:
-    """F6b-F6d (spec C §4.6; for F6b also `spike_factor`) of one member (NaN / inf without
+    """F6b-F6d (App. I.3, Fig. 6; for F6b also `spike_factor`) of one member (NaN / inf without
     a transition)."""
     ratio, peak = gradient_ratio(steps, minibatch, stage, smooth=True)
     pop_ratio, _ = gradient_ratio(steps, population, stage, smooth=False)

@@ -1,16 +1,16 @@
-"""Paper C, Fig. 7: gradient norm along training of a transformer with MLP layers (spec C §4.7).
+"""Paper C, Fig. 7: gradient norm along training of a transformer with MLP layers (App. I.3).
 
 S = 5, n = 3, T = 64. Paper C (App. I.3, Fig. 7) leaves alpha, the learning rate, its
 schedule and the readout's initialisation unstated; the setting ``reading`` chooses how they
-are read (`Fig7Reading`, params.yaml): ``spec``, the spec's inference (alpha 0.5; lr 0.005,
+are read (`Fig7Reading`, params.yaml): ``spec``, our inference (alpha 0.5; lr 0.005,
 constant, as Fig. 4; the zero readout of the authors' code of Feb. 2025), or ``code``, the
 authors' code defaults (train.py: alpha 1, lr 1e-3, optax.cosine_decay_schedule to 0 with no
 warm-up; models.py from commit 767e22c: readout N(0, 1/d)).
 
-Which model the figure used is ambiguous (spec C §2.3): the caption says "simplified
+Which model the figure used is ambiguous (App. I.3): the caption says "simplified
 transformer" with MLP layers, the authors' code passes ``use_mlp`` only to the general
 transformer. The model is a setting: ``embedding`` and ``mlp`` of the general transformer
-(`general.general_config`); the spec's proposal, run here, is one-hot embeddings with the
+(`general.general_config`); our choice, run here, is one-hot embeddings with the
 muLinear MLP (X <- X + MLP(delta)).
 """
 
@@ -70,7 +70,7 @@ class ChainShape(Strict):
 
 class Fig7Reading(Strict):
     """The settings paper C's Fig. 7 (App. I.3) leaves unstated, as one reading sets them:
-    ``spec``, the spec's inference; ``code``, the authors' code defaults (train.py's alpha,
+    ``spec``, our inference; ``code``, the authors' code defaults (train.py's alpha,
     lr and optax cosine decay; models.py's N(0, 1/d) readout). See params.yaml."""
 
     alpha: Annotated[float, Field(gt=0.0)]

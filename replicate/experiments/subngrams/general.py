@@ -1,5 +1,5 @@
-"""Paper C's general transformer (App. I.1; spec C §2.2-2.3) as an `EnsembleGPT` configuration,
-and the maps and offset masses of its input-dependent first-layer attention (spec C §4.0)."""
+"""Paper C's general transformer (App. I.1 and I.3) as an `EnsembleGPT` configuration, and
+the maps and offset masses (ours) of its input-dependent first-layer attention."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def general_config(
     """d = S + T; heads [n-1, 1]; per head Q, Kt, V in R^{d x d} (head_dim = d, value width
     d), heads summed into the residual stream, no 1/sqrt(d) scale, no LayerNorm; all weights
     N(0, 1/d); readout z = X[T-1] W without bias, W zero-initialised (the authors' code of
-    Feb. 2025, spec C §2.2). ``mlp = "mup"``: X <- X + MLP(delta) with the authors' muLinear
-    MLP of widths [d, d, d], ReLU, last layer zero-initialised (Fig. 7, spec C §2.3).
+    Feb. 2025; App. I.1). ``mlp = "mup"``: X <- X + MLP(delta) with the authors' muLinear
+    MLP of widths [d, d, d], ReLU, last layer zero-initialised (Fig. 7, App. I.3).
     ``readout = "normal"``: W ~ N(0, 1/d) instead, the authors' models.py from commit 767e22c
     (4 Apr 2025), the ``code`` reading of Fig. 7 (paper C, App. I.3, leaves it unstated)."""
     d = states + seq_len
@@ -72,7 +72,7 @@ def general_config(
 
 def attention_map_probe(tokens: torch.Tensor) -> Probe:
     """Probe: layer 1's attention maps softmax(X Q1^(h) Kt1^(h) X^T) (E, H, T, T), float32,
-    averaged over ``tokens`` (1, B, T) (spec C §4.0: the general transformer's attention
+    averaged over ``tokens`` (1, B, T) (ours: the general transformer's attention
     depends on its input); the maps paper C's Fig. 4 (b, d) draws (App. I.1)."""
 
     def probe(model: nn.Module) -> np.ndarray:

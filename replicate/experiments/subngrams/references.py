@@ -1,4 +1,5 @@
-"""Paper C: the add-alpha k-gram losses behind every figure's dashed lines (spec C §1.4-1.5).
+"""Paper C: the add-alpha k-gram losses behind every figure's dashed lines (Def. 2.1,
+smoothed as in the authors' `train.py`).
 
 For each figure's data setting (S, n, T, alpha), one fixed test set, and the loss of the
 add-alpha estimator of every history (contiguous k-grams and their non-contiguous variants)
@@ -46,7 +47,7 @@ def references(s: ReferencesSettings, ctx: RunContext) -> Metrics:
 
 def _markdown(frame: pd.DataFrame, s: ReferencesSettings) -> str:
     lines = [
-        "# Paper C: add-alpha k-gram losses (dashed lines), spec C §1.5",
+        "# Paper C: add-alpha k-gram losses (the dashed lines of Figs. 1, 3, 6 and 7)",
         "",
         f"{s.test_sequences} test sequences per setting, loss -Σ y log(f + {s.eps:g}); "
         "k = 0 marks a non-contiguous history (App. F.2).",

@@ -1,4 +1,4 @@
-"""Stage-wise analysis of paper C's training curves (spec C §4.0): plateaus, their k-gram
+"""Stage-wise analysis of paper C's training curves (our method): plateaus, their k-gram
 levels, the first-layer heads' offsets and the gradient norm around each transition."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from replicate.analysis import (
 )
 from replicate.settings import NonNegativeFloat, PositiveInt, Strict
 
-OFFSETS = (0, 1, 2, 3)  # delta of m_h(delta) (spec C §4.0)
-FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (spec C §4.0)
+OFFSETS = (0, 1, 2, 3)  # delta of m_h(delta) (ours)
+FIRST_ROW = 3  # m_h(delta) averages rows l >= 3 (ours)
 
 
 class StageSettings(Strict):
-    """Detector and head thresholds (spec C §4.0): plateaus of >= rho t_ref steps, flat where
+    """Detector and head thresholds (ours): plateaus of >= rho t_ref steps, flat where
     the loss falls by <= kappa (L_0 - b_n) / t_ref per step, or of >= rho T steps flat on the
     scale T of the steps elapsed (`detect_plateaus` with ``local_scale``, which finds paper
     C's own early plateaus: Fig. 1's unigram, Fig. 4's bigram); a head is on offset delta
@@ -50,8 +50,8 @@ class StageSettings(Strict):
     call_se: NonNegativeFloat
     local_scale: bool = True
     """Also find plateaus flat on the scale of the steps elapsed (`detect_plateaus`): the
-    paper's figures show early plateaus that the spec's run-scale rule alone misses (the
-    positive control, `paper_readings`); False gives the spec's detector exactly."""
+    paper's figures show early plateaus that a rule on the scale of the whole run alone misses
+    (the positive control, `paper_readings`); False gives that run-scale detector alone."""
 
 
 def masses_of(attention: torch.Tensor) -> np.ndarray:
@@ -102,8 +102,8 @@ class Stages:
         assigned to ``order`` (n: a sub-n-gram plateau), in time, the last one included (a
         run that ends before its escape ends on it). The initial stage, where both heads
         attend uniformly, is too short to be a plateau, so this is the plateau the escape
-        (the head switch) ends. The spec reads it as the longest such plateau (spec C §4.3
-        F3b, §4.4 F5b), which is the plateau *after* the escape when a seed escapes early;
+        (the head switch) ends. Our first reading took the longest such plateau (claims
+        F3b, F5b), which is the plateau *after* the escape when a seed escapes early;
         the paper's order of events wins."""
         return next(
             (p for p, o in zip(self.plateaus, self.orders, strict=True) if o != order), None
@@ -117,12 +117,12 @@ def stages(
     s: StageSettings,
     noise: float,
 ) -> Stages:
-    """Plateaus of one test-loss curve and their k-gram orders (spec C §4.0); no plateau is
+    """Plateaus of one test-loss curve and their k-gram orders (ours); no plateau is
     assigned when the k-gram losses are not strictly decreasing (a test set too small to
     order them). ``noise``: the standard error (nats) of a loss on the test set
     (`level_noise`); each plateau's calls are the orders of every level within
     ``s.call_se`` x ``noise`` of its own (`level_calls`). Plateaus are judged at the run's
-    scale and at the scale of the steps elapsed (``local_scale``): the spec's run-scale rule
+    scale and at the scale of the steps elapsed (``local_scale``): our run-scale rule
     alone misses plateaus that paper C's Figs. 1 and 4 show (`paper_readings`)."""
     plateaus = detect_plateaus(
         steps,
@@ -181,7 +181,7 @@ def gradient_ratio(
 
     g_med: median norm on a plateau; g_max: maximum (of the running median when
     ``smooth``) over [t1 - 0.02 t_ref, t0_next + 0.02 t_ref] of the transition that follows
-    (spec C §4.6, F6b-F6d). NaN ratio when no plateau is followed by a transition.
+    (ours, for App. I.3's Fig. 6: F6b-F6d). NaN ratio when no plateau is followed by a transition.
     """
     curve = running_median(norms) if smooth else np.asarray(norms)
     margin = 0.02 * stage.t_ref

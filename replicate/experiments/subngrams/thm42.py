@@ -1,10 +1,10 @@
-"""Paper C, Thm. 4.2: the population-gradient norm at theta_*^k (spec C §3.4-3.5, experiment G).
+"""Paper C, Thm. 4.2: the population-gradient norm at theta_*^k (Sec. 4.2, proof in App. B.2).
 
 For each context length T, every point (k, c) of the grid, the random initialisation
 theta_rand, theta_mid = (theta_*^2 + theta_*^3)/2 and App. F's all-heads bigram point
 (Eq. (30)) is one member of a single float64 `EnsembleDisentangled` ensemble (d_h = D),
 evaluated on one common set of N sequences (common random numbers); the unbiased estimator
-of ||E grad L|| and its noise floor come from M chunks (spec C §3.5), for each loss epsilon
+of ||E grad L|| and its noise floor come from M chunks (ours), for each loss epsilon
 (1e-8 as the authors' code, 1e-300 as the exact cross-entropy).
 
 Also: Lemma 3.1's form of the gradient against autograd's at every point (smallest T), and
@@ -72,13 +72,13 @@ class Thm42Settings(Strict):
     chain: ChainSettings
     seq_lens: list[Annotated[int, Field(gt=0, le=2 * MAX_SCALE)]] = Field(min_length=2)
     scales: list[Scale] = Field(min_length=1)
-    diagonal: bool  # also c = T/2 (spec C §3.5 grid)
+    diagonal: bool  # also c = T/2 (our grid)
     # further T on the diagonal alone (theta_*^k, k >= 2, at c = T/2; Thm. 4.2's c = Theta(T))
     diagonal_seq_lens: list[Annotated[int, Field(gt=0, le=2 * MAX_SCALE)]]
     reference_scale: Scale  # c of G2-G4 and of theta_mid
     eps: list[Annotated[float, Field(gt=0.0)]] = Field(min_length=2)  # [primary, ~exact CE]
     sequences: PositiveInt
-    chunks: Annotated[int, Field(ge=16)]  # M (spec C §3.5: M >= 16)
+    chunks: Annotated[int, Field(ge=16)]  # M (ours: M >= 16)
     seed: int  # gradient set (common to every point) and theta_rand
     g2_min_seq_len: PositiveInt  # G2/G3 use T >= this
     g5_max_seq_len: PositiveInt  # G5 uses T <= this
@@ -333,7 +333,7 @@ def _vanishing_along_diagonal(diag: pd.DataFrame, k: int, name: str = "G7") -> M
 
 
 def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
-    """G1-G5 of spec C §3.5 and G7 (Thm. 4.2 along c = T/2) as numbers (thresholds live in
+    """G1-G5 (ours, for Thm. 4.2) and G7 (Thm. 4.2 along c = T/2) as numbers (thresholds live in
     the claims)."""
     primary, exact = s.eps[0], s.eps[-1]
     star = table[table.point == "star"]
@@ -396,7 +396,7 @@ def _assertions(s: Thm42Settings, table: pd.DataFrame) -> Metrics:
 
 
 def thm42(s: Thm42Settings, ctx: RunContext) -> Metrics:
-    """Gradient-norm table at theta_*^k, claims G1-G7 (spec C §3.5)."""
+    """Gradient-norm table at theta_*^k, claims G1-G7 (Sec. 4.2)."""
     sets = gradient_sets(s)
     table = gradient_table(s, sets)
     ctx.save_csv(table, "gradients.csv")

@@ -1,14 +1,14 @@
 """Paper D, App. H.4: bit precision of the shared k = 2 model (2 / 4 / 8 / 32 bits).
 
 Weights and activations of the trained model (from `two_layer_maps`, no retraining) are
-fake-quantised (spec D §5.9 [PROPOSAL]): symmetric uniform per-tensor quantisation
+fake-quantised (ours; App. H.4 does not state how): symmetric uniform per-tensor quantisation
 q(w) = s clip(round(w / s), -(2^(b-1) - 1), 2^(b-1) - 1), s = max|w| / (2^(b-1) - 1), so
 b = 2 gives {-s, 0, s}; every parameter tensor (per member), and the input of every linear
 map (Q/K/V, MLP sublayers, readout) with a dynamic per-tensor scale. Softmax, layer norms,
 residual adds and the q.k / attention-times-value products run in float32 (the products of
-two activations are not quantised here; spec D asks for "every matmul"). b = 32 is plain
+two activations are not quantised here; App. H.4 quantises "activations"). b = 32 is plain
 float32. On ``sequences`` evaluation sequences (one kernel each): F = ||A2 - A_ps||_F of the
-layer-2 map (the paper's metric, mean and std) and the matched mass MM (spec D §5.9).
+layer-2 map (the paper's metric, mean and std) and the matched mass MM (ours: App. H.4 has F only).
 
 Remark 2 ("O(log T + k) bits per parameter suffice for O(1/T) additive error"), measured by
 us (D-BIT-R2): the 2L1H construction at order k, length T and the sufficient temperature
@@ -147,7 +147,7 @@ def _remark2(r: Remark2Settings) -> pd.DataFrame:
 
 def _remark2_metrics(frame: pd.DataFrame) -> Metrics:
     """b*(k, T), its growth in T at fixed k and in k at fixed T, and its excess over the
-    spec's proposed budget ceil(log2 T) + 2k + 8 (spec D §3.7 item 9)."""
+    budget ceil(log2 T) + 2k + 8 (ours: Remark 2, Sec. 4, states only O(log T + k) bits)."""
     needed: dict[tuple[int, int], float] = {}
     metrics: Metrics = {}
     for (k, length), g in frame.groupby(["order", "T"]):

@@ -2,7 +2,7 @@
 
 Every construction of `replicate.theory.two_layer.constructions` is materialised as an
 `EnsembleGPT` (members = (k, c) points) and run on sequences of Dirichlet(1) kernels; its
-output is compared with the shared conditional k-gram estimator (spec D §3.5-§3.6,
+output is compared with the shared conditional k-gram estimator (App. A.2, B: c -> inf;
 D-CON-1..5) at every position where the estimator is defined (I_n non-empty, n >= k + 1).
 D-CON-6: the smallest temperature on a log grid at which the 2L1H construction is within a
 given error, per order k, against the sufficient temperature ln((T - 1) / eps) / delta_k.
@@ -81,7 +81,7 @@ def kgram_errors(output: torch.Tensor, tokens: torch.Tensor, order: int) -> torc
 
 
 def _expected_blocks(tokens: torch.Tensor, order: int, states: int) -> dict[str, torch.Tensor]:
-    """u-hat, v-hat, e_{x_{n-k}} and r at positions n >= k + 1 (spec D §3.3, D-CON-3)."""
+    """u-hat, v-hat, e_{x_{n-k}} and r at positions n >= k + 1 (App. B.1, D-CON-3)."""
     one_hot = torch.nn.functional.one_hot(tokens, states).double()
     length = tokens.shape[1]
     rows = torch.arange(order, length)
@@ -146,7 +146,7 @@ def _structure(states: int, length: int) -> dict[str, float]:
 
 
 def constructions(s: ConstructionSettings, ctx: RunContext) -> Metrics:
-    """D-CON-1..5 (spec D §3.5, §3.6)."""
+    """D-CON-1..5 (App. A.2.1 and B.1 as c -> inf; App. A.2.2 and B.2)."""
     points = [(k, c) for k in s.orders for c in s.temperatures]
     rows = []
     for kind in GATED:
@@ -312,7 +312,7 @@ def _gated_metrics(frame: pd.DataFrame, s: ConstructionSettings) -> Metrics:
 
 
 def _ungated(s: ConstructionSettings) -> pd.DataFrame:
-    """D-CON-5: mean and max error of the ungated variant over T (spec D §3.6)."""
+    """D-CON-5: mean and max error of the ungated variant over T (App. A.2.2, B.2)."""
     u = s.ungated
     rows = []
     for length in u.lengths:

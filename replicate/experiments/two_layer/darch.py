@@ -1,19 +1,19 @@
-"""Paper D's trainable model ("D-arch", spec D §2.3), its training and its evaluation.
+"""Paper D's trainable model ("D-arch", App. H.5), its training and its evaluation.
 
-D-arch [C facts + PROPOSAL]: token embedding without absolute positions; layer 1 = one
+D-arch (authors' code + ours): token embedding without absolute positions; layer 1 = one
 causal softmax head with relative positions on keys and values (``value_rpe=False``: keys
 only, the authors' code) followed by the three-sublayer MLP of App. B.1 (`MLP_three_layers`:
 h1 = h0 + LN(ReLU(W1 h0 + b1)), h2 = h0 + LN(W2 h1), h3 = h2 + LN(W3 h2), affine LN;
 ``mlp="code"``: the four sublayers of the authors' `MLP_new_construct`); layer 2 = one
 attention head without PE or MLP; untied readout with bias (``tied=True``: tied to the token
 embedding, the code). The three switches at their code values give the authors' model
-(spec D §2.3 "Facts from the released code"). The one-layer baseline of Table 2 is layer 1
+(the authors' `src/models/base.py`). The one-layer baseline of Table 2 is layer 1
 + MLP + readout.
 
-Evaluation (spec D §1.3, §5): a fixed set of sequences, each with its own Dirichlet(1)
-kernel, paired references on the same sequences: L_true (the true kernel), the Laplace
-(add-1) order-k estimator (the Bayes predictor), the model's next-token CE; attention maps
-from the forward traces.
+Evaluation (App. H.2-H.3's loss gap; the set is ours): a fixed set of sequences, each with
+its own Dirichlet(1) kernel, paired references on the same sequences: L_true (the true
+kernel), the Laplace (add-1) order-k estimator (the Bayes predictor), the model's next-token
+CE; attention maps from the forward traces.
 """
 
 from __future__ import annotations
@@ -36,23 +36,23 @@ from replicate.training import TrainedEnsemble, TrainingPlan, gpt_ensemble, trai
 
 
 class ArchSettings(Strict):
-    """D-arch switches (spec D §2.3): the harness default or, switch by switch, the code's."""
+    """D-arch switches (docs/choices.md): the harness default or, switch by switch, the code's."""
 
     n_embd: PositiveInt
     value_rpe: bool  # relative PE on values too (paper's formalism) or keys only (code)
     mlp: Literal["app_b1", "code"]  # App. B.1's three sublayers or the code's four
-    tied: bool  # readout tied to the token embedding (code) or untied (spec D §2.3 (iv))
+    tied: bool  # readout tied to the token embedding (code) or untied (the paper, Sec. 2.2)
     init_std: float = Field(gt=0.0)
 
 
 class ClippedOptimSettings(OptimSettings):
-    """AdamW + one-cycle cosine with per-member gradient clipping (spec D §5)."""
+    """AdamW + one-cycle cosine (App. H.5) with per-member gradient clipping (authors' sweeps)."""
 
     clip_norm: float = Field(gt=0.0)
 
 
 class EvalSettings(Strict):
-    """The paired evaluation set (spec D §5: 4096 sequences, ci 2000; one kernel each)."""
+    """The paired evaluation set (ours: 4096 sequences, ci 2000; one kernel each)."""
 
     sequences: PositiveInt
     seed: int = Field(ge=0)
@@ -67,7 +67,7 @@ MLP_SUBLAYERS: dict[str, tuple[SublayerConfig, ...]] = {
         SublayerConfig(activation="identity", norm="affine", skip="input"),
         SublayerConfig(activation="identity", norm="affine", skip="prev"),
     ),
-    # The authors' `MLP_new_construct` (the module their `Block` wires in, spec D §2.3):
+    # The authors' `MLP_new_construct` (the module their `Block` wires in, `src/models/base.py`):
     # x += LN(ReLU(W1 x + b1)); x = ReLU(W2 x); x += LN'(ReLU(W3 x)); x += LN'(ReLU(W4 x)),
     # LN with a bias, LN' without.
     "code": (
@@ -157,20 +157,20 @@ class EvalSet:
         return self.laplace_position_nll.mean(-1)
 
     def match(self, count: int) -> torch.Tensor:
-        """I_n of the inputs x_{1:T} of the first ``count`` sequences (B, T, T) (spec D §5)."""
+        """I_n of the inputs x_{1:T} of the first ``count`` sequences (B, T, T) (App. H.1)."""
         return match_matrix(self.tokens[:count, :-1], order_lags(self.order))
 
 
 def laplace_position_nll(tokens: torch.Tensor, order: int, states: int) -> torch.Tensor:
     """(B, T) CE per position of the in-context add-1 order-``order`` estimator on (B, T + 1)
-    ``tokens`` (the Bayes predictive under a uniform Dirichlet prior; spec D §5.6)."""
+    ``tokens`` (the Bayes predictive under a uniform Dirichlet prior; Sec. 3)."""
     estimate = kgram_estimate(tokens, order_lags(order), states, alpha=1.0)
     return next_token_nll(estimate, tokens)
 
 
 def eval_set(source: InContextSource, seq_len: int, e: EvalSettings) -> EvalSet:
     """Draw the evaluation set of ``source``; L_true uses the clean path and kernel P, the
-    clean-source reference of spec D §5.7/§5.8 (= the usual L_true without noise)."""
+    our clean-source reference for Tables 3/4 (= the usual L_true without noise)."""
     drawn = source.draw(e.sequences, seq_len + 1, torch.Generator().manual_seed(e.seed))
     return EvalSet(
         tokens=drawn.tokens,
@@ -213,7 +213,7 @@ def excess_stats(
     model: torch.nn.Module, data: EvalSet, first_position: int = 0
 ) -> dict[str, np.ndarray]:
     """Per member: excess CE (mean and standard error over sequences) and the Laplace one,
-    over the positions from ``first_position`` on (0: every position, spec D §5.6)."""
+    over the positions from ``first_position`` on (0: every position, as for Table 2)."""
     true = data.true_position_nll[:, first_position:].mean(-1)
     excess = model_position_nll(model, data.tokens)[..., first_position:].mean(-1) - true
     laplace = data.laplace_position_nll[:, first_position:].mean(-1) - true

@@ -1,6 +1,6 @@
 """Paper D, Sec. 2 and App. A.1: the source, the k-gram estimator, the Bayes floor, the LN.
 
-Checks of the shared primitives against brute force and closed forms (spec D §1-§2.2):
+Checks of the shared primitives against brute force and closed forms (Sec. 2.1, App. A.1):
 
 * D-DATA-1: the in-context source draws its tokens from its kernel (per-context frequencies
   within 4 standard errors over 10^6 tokens), uniform initial tokens (chi^2), one kernel per
@@ -90,7 +90,7 @@ def _kernels_per_batch(states: int, order: int, per_kernel: int, groups: int) ->
 
 
 def brute_force_estimate(seq: list[int], order: int, states: int, n: int) -> list[float] | None:
-    """p_hat_k(. | x_{1:n}) by counting i in I_n (spec D §1.2, 1-indexed); None if I_n = {}."""
+    """p_hat_k(. | x_{1:n}) by counting i in I_n (Sec. 2.1, 1-indexed); None if I_n = {}."""
     counts = [0] * states
     for i in range(order + 1, n + 1):
         if all(seq[i - j - 1] == seq[n - j] for j in range(1, order + 1)):
@@ -101,7 +101,7 @@ def brute_force_estimate(seq: list[int], order: int, states: int, n: int) -> lis
 
 def authors_laplace(seq: list[int], order: int, beta: float) -> list[float]:
     """The authors' binary add-beta estimate of P(x_{n+1} = 1) at n = 1..T: per context,
-    (cumulative count of next-token 1s + beta) / (cumulative count + 2 beta) (spec D §1.2)."""
+    (cumulative count of next-token 1s + beta) / (cumulative count + 2 beta) (`empirical_est`)."""
     ones: dict[tuple[int, ...], int] = {}
     seen: dict[tuple[int, ...], int] = {}
     out = []
@@ -214,7 +214,7 @@ def _layer_norm(s: DataSettings) -> dict[str, float]:
 
 
 def data(s: DataSettings, ctx: RunContext) -> Metrics:
-    """D-DATA-1, D-EST-1..3, D-LN-1 (spec D §1-§2.2)."""
+    """D-DATA-1, D-EST-1..3, D-LN-1 (Sec. 2.1, App. A.1)."""
     rows, metrics = [], {}
     for states in s.states:
         for order in s.orders:

@@ -3,7 +3,7 @@
 Reads the models trained by `two_layer_maps` (no retraining). On ``sequences`` evaluation
 sequences, each with its own kernel: matched mass MM of the layer-2 map on I_n, against its
 chance level and the maps shifted by one column (D-F1-1), and the excess CE against the
-Laplace-k (Bayes) excess on the full evaluation set (D-F1-2; spec D §5.2); each difference
+Laplace-k (Bayes) excess on the full evaluation set (D-F1-2; ours, beside Fig. 1); each difference
 also per seed, whose worst case over seeds the claims read.
 """
 
@@ -22,8 +22,8 @@ from replicate.settings import PositiveInt, Strict
 
 
 class Fig1Settings(Strict):
-    order: PositiveInt  # the order of the shared model (spec D §5.2: k = 2 at ci)
-    sequences: PositiveInt  # spec D D-F1-1: averaged over 10 sequences
+    order: PositiveInt  # the order of the shared model (ours, Fig. 1 omits k: 2 at ci)
+    sequences: PositiveInt  # D-F1-1: averaged over 10 sequences (ours)
     shown: int = Field(ge=0)  # the sequence drawn in the figure
 
 

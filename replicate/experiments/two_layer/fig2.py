@@ -5,7 +5,7 @@ Reads the models trained by `two_layer_maps`, and whether each was still learnin
 training stopped (``k<k>/seed<s>/still_falling``, copied for the claims' `converged`). Per
 order k and seed: the diagonal masses
 a-bar_m of the layer-1 attention over ``sequences`` evaluation sequences (rows n in
-[2k+1, T]), the checks D-F2-1..3 (spec D §5.3), and the construction's pattern 3^m / Z on
+[2k+1, T]), the checks D-F2-1..3 (Sec. 4 Note), and the construction's pattern 3^m / Z on
 m in [1, k] drawn beside them (a diagnostic: any digit-decodable weights work).
 """
 
@@ -28,7 +28,7 @@ from replicate.theory.two_layer.constructions import triadic_normaliser
 
 
 class Fig2Settings(Strict):
-    sequences: PositiveInt  # spec D §5.3: mean over >= 256 sequences (ci: 200)
+    sequences: PositiveInt  # ours (H.1: "multiple sequences"): >= 256 (ci: 200)
     shown_offsets: PositiveInt  # a-bar_m drawn for m < shown_offsets
 
 

@@ -3,7 +3,7 @@
 For each sequence length T: full-batch GD on a fixed training set (stage 1 on the layer-1
 positional scalars p, stage 2 on the layer-2 attention scalar a), then the excess loss
 L(theta_hat) - L* and the total-variation distance to the conditional 1-gram estimate on a
-held-out set (spec D §4.4, D-GD-1..5).
+held-out set (ours, checking Thm 5 and App. C; D-GD-1..5).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from replicate.theory.two_layer.gd import (
 
 class GDSettings(Strict):
     states: PositiveInt
-    gamma: OpenUnit  # rows (1 - gamma) Dir(1) + gamma / S (spec D §4.2)
+    gamma: OpenUnit  # rows (1 - gamma) Dir(1) + gamma / S (ours; App. C's assumptions)
     eps: float = Field(gt=0.0)  # additive constant of the loss (App. C, Eq. (2))
     lengths: list[PositiveInt] = Field(min_length=2)
     sequences: PositiveInt  # training set (full-batch GD)

@@ -2,10 +2,10 @@
 
 This experiment trains the models every other trained item of paper D reuses (`models.pt`:
 one ensemble of seeds per order; the k = 2 one is the shared model of Fig. 1, Fig. 2, Table 2,
-the eps = 0 point of Tables 3/4 and the bit table, spec D §6). Per order it draws the H.1
+the eps = 0 point of Tables 3/4 and the bit table; this reuse is ours). Per order it draws the H.1
 figures (layer-1 average and single sequence; layer-2 average and single sequence, each as
 model / pseudo map / |difference|; the test loss) and measures the layer-1 diagonal masses
-and the layer-2 matched mass (spec D §5.4), each also per seed.
+and the layer-2 matched mass (ours, beside H.1), each also per seed.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class MapsSettings(Strict):
     states: PositiveInt
     orders: list[OrderRun] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
-    per_kernel: PositiveInt  # training sequences per kernel (spec D §1.1 batch_size_per_chain)
+    per_kernel: PositiveInt  # training sequences per kernel (Sec. 2.1; code: batch_size_per_chain)
     arch: ArchSettings
     training: TrainingSettings
     optim: ClippedOptimSettings
@@ -80,7 +80,7 @@ class MapsSettings(Strict):
 
 
 def order_source(s: MapsSettings, order: int, per_kernel: int | None = None) -> InContextSource:
-    """The clean k-th-order source with Dirichlet(1) rows (spec D §1.1)."""
+    """The clean k-th-order source with Dirichlet(1) rows (Sec. 2.1)."""
     return InContextSource(s.states, order, 1.0, per_kernel=per_kernel or s.per_kernel)
 
 

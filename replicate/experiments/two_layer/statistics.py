@@ -1,10 +1,10 @@
-"""Attention statistics of trained paper-D models (spec D §5.2-§5.4), per ensemble member.
+"""Attention statistics of trained paper-D models (Figs. 1-2, App. H.1), per ensemble member.
 
 Layer 1: the diagonal masses a-bar_m = mean over sequences and query rows n in [2k+1, T]
 (1-indexed) of att_{n, n-m} (`replicate.analysis.offset_masses`). Last layer: matched mass
 MM on the pseudo map's support I_n, its chance level and the +-1-column controls
 (`replicate.analysis.matched_mass`). Frobenius distances are reported, never ranked on
-(spec D §5 warning).
+(F can rank a diffuse map above a sharp, partly misplaced one).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class MapStats:
 
 
 def map_stats(model: torch.nn.Module, data: EvalSet, count: int) -> MapStats:
-    """Statistics of the first ``count`` evaluation sequences (spec D §5.2-§5.4)."""
+    """Statistics of the first ``count`` evaluation sequences (Figs. 1-2, App. H.1)."""
     tokens = data.tokens[:count]
     maps = attention_maps(model, tokens)
     first, last = maps[0], maps[-1]
@@ -66,7 +66,7 @@ def map_stats(model: torch.nn.Module, data: EvalSet, count: int) -> MapStats:
 
 
 def layer1_checks(abar: np.ndarray, order: int) -> dict[str, float]:
-    """D-F2-1..3 on one member's a-bar (spec D §5.3).
+    """D-F2-1..3 on one member's a-bar (Fig. 2, Sec. 4 Note).
 
     topk: 1 if the k largest a-bar_m sit at m = 1..k; increase: min_j a-bar_{j+1} - a-bar_j
     over j = 1..k-1 (NaN for k = 1); ratio: a-bar_k / max_{m not in [1,k]} a-bar_m;

@@ -4,8 +4,8 @@ The two-layer side is the shared model of `two_layer_maps` (no retraining); the 
 baseline (layer 1 + MLP + readout, same width and optimiser) is trained here on the same
 source with the same seeds and the same training (steps, batch, length) as the shared model
 of the order: equal budgets (at 1,500 steps against 3,000 the one-layer loss was still
-falling). Excess CE over L_true on the paired evaluation set (spec D §5.6), the Bayes floor
-(Laplace-2), and the one-layer attention maps (spec D §5.5).
+falling). Excess CE over L_true on the paired evaluation set (Table 2), the Bayes floor
+(Laplace-2), and the one-layer attention maps (Figs. 17-19).
 
 The one- over two-layer excess ratio depends on where it is read: it is also given over the
 last ``late_fraction`` of the positions, and, without training, for the two estimators the
@@ -53,8 +53,8 @@ def late_start(seq_len: int, fraction: float) -> int:
 
 def estimator_ratios(up: MapsSettings, s: Table2Settings) -> Metrics:
     """Laplace-1 and Laplace-k excess CE over L_true and their ratio, over every position and
-    over the late ones, at every T of ``estimator_seq_lens`` (spec D §5.6's Bayes-floor
-    argument: a one-layer model at the in-context first-order level over a two-layer model
+    over the late ones, at every T of ``estimator_seq_lens`` (our Bayes-floor argument
+    for Table 2: a one-layer model at the in-context first-order level over a two-layer model
     at Bayes shows this ratio)."""
     metrics: Metrics = {}
     for seq_len in s.estimator_seq_lens:

@@ -1,7 +1,7 @@
 """Paper D, Table 3 (App. H.3.1): random token substitution.
 
-Models are trained *and* evaluated on noisy sequences of the second-order source (spec D
-§1.4), eps in ``levels``; the eps = 0 point is the shared model of `two_layer_maps` (no
+Models are trained *and* evaluated on noisy sequences of the second-order source (App.
+H.3.1), eps in ``levels``; the eps = 0 point is the shared model of `two_layer_maps` (no
 retraining). Every level trains as the shared model of its order does (steps, batch, length,
 optimiser) with a subset of its seeds, and the eps = 0 row reads the shared members of those
 seeds, so all rows have one budget and one set of seeds (at 1,000 noisy steps against 3,000
@@ -14,11 +14,12 @@ reads `table3.json` (this table's rows and per-seed values at full precision, fo
 comparison D-T4-2 and the eps = 0 row, and the settings of the shared model; the CSV rounds).
 Every gap and matched mass is also given per seed, whose mean over seeds is the table's.
 
-Reference (spec D §5.7/§5.8 [PROPOSAL], used for the claims): the clean-source loss L_true
-of the true kernel P on the *clean* path of the same kernels and uniforms (the evaluation
-set of every eps shares kernels and clean paths), so gap(eps) = CE_model(noisy sequences) -
-L_true(clean sequences). The alternative is written to the CSV for comparison: P applied
-to the observed noisy context ("P on noisy"); spec D reports that it gives decreasing gaps.
+Reference (ours, App. H.3 says "the true transition probabilities"; used for the claims):
+the clean-source loss L_true of the true kernel P on the *clean* path of the same kernels
+and uniforms (the evaluation set of every eps shares kernels and clean paths), so gap(eps) =
+CE_model(noisy sequences) - L_true(clean sequences). The alternative is written to the CSV
+for comparison: P applied to the observed noisy context ("P on noisy"); in our prototype it
+gave decreasing gaps.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def shared_members(up: MapsSettings, s: NoiseSettings) -> list[int]:
 def noisy_source(
     up: MapsSettings, order: int, kind: Kind, eps: float, per_kernel: int
 ) -> InContextSource:
-    """The order-k source with Dirichlet(1) rows and noise ``kind`` at level eps (spec D §1.4)."""
+    """The order-k source with Dirichlet(1) rows and noise ``kind`` at level eps (App. H.3)."""
     return InContextSource(up.states, order, 1.0, per_kernel=per_kernel, **{kind: eps})
 
 
@@ -89,7 +90,7 @@ def gap_row(
     eps: float,
     count: int,
 ) -> tuple[dict, list[dict]]:
-    """gap(eps) (clean-source reference, spec D §5.7/§5.8), the "P on the noisy context"
+    """gap(eps) (our clean-source reference, App. H.3), the "P on the noisy context"
     alternative and the layer-2 matched mass for the given ensemble members; and per seed
     (member ``members[j]`` trained from ``seeds[j]``) its gap and matched mass, whose means
     over the seeds are the row's."""
@@ -262,7 +263,7 @@ def _plot(frame: pd.DataFrame, s: NoiseSettings, steps: int, ctx: RunContext) ->
         fig,
         axes,
         frame,
-        "(b) rejected reference (spec D §5.7)",
+        "(b) rejected reference (ours)",
         f"Paper D, Table 3 — random token substitution, order {s.order} ({ctx.scale} scale; "
         f"every eps {steps} steps, seeds {', '.join(map(str, s.seeds))}; "
         "eps = 0: the shared model)",

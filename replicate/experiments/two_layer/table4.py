@@ -1,5 +1,5 @@
 """Paper D, Table 4 (App. H.3.2, Eq. 23) and the comparison of App. H.3.3: transition
-perturbation, x_{n+1} ~ (1 - eps) P(. | context) + eps Uniform (spec D §1.4).
+perturbation, x_{n+1} ~ (1 - eps) P(. | context) + eps Uniform (Eq. 23 averaged over Q_t).
 
 Derived from Table 3 (`two_layer_table3`): the models of the noisy levels are trained here
 as the shared model of the order was (its settings, which `table3` recorded in
@@ -7,9 +7,9 @@ as the shared model of the order was (its settings, which `table3` recorded in
 `two_layer_maps` on the clean evaluation set), and D-T4-2 compares this table's gaps with
 Table 3's (the same file, full precision) at equal eps, also seed by seed.
 
-Reference: the clean-source L_true of spec D §5.7/§5.8, as in Table 3. The alternatives are
+Reference: our clean-source L_true (App. H.3 leaves it open), as in Table 3. The alternatives are
 written to the CSV: P on the observed noisy context, and the exact law of the observed
-process, (1 - eps) P + eps / S ("marginal"); spec D reports non-monotone or decreasing gaps.
+process, (1 - eps) P + eps / S ("marginal"); our prototype gave non-monotone or decreasing gaps.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def _plot(
         fig,
         axes,
         frame,
-        "(b) rejected references (spec D §5.8)",
+        "(b) rejected references (ours)",
         f"Paper D, Table 4 — transition perturbation, order {s.order} ({ctx.scale} scale; "
         f"every eps {steps} steps, seeds {', '.join(map(str, s.seeds))}; "
         "eps = 0: the shared model)",

@@ -1,9 +1,9 @@
 """Paper D, App. H.5: the hyper-parameter table against the settings the models trained with.
 
 Reads the resolved settings of `two_layer_maps` (its provenance.json) and instantiates its
-model configuration; every line of H.5 is compared with them (spec D §5.10, D-H5-1: a
+model configuration; every line of H.5 is compared with them (D-H5-1: a
 "no silent drift" consistency check of our settings, not a result of the paper). Values
-stripped from the paper come from the authors' sweep files (spec D §5.10 [C]).
+stripped from the paper come from the authors' sweep files (`sweeps/llm_depth_*.yaml`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,24 @@
-"""Explicit-weight constructions of paper D as weights of `EnsembleGPT` (spec D §3).
+"""Explicit-weight constructions of paper D as weights of `EnsembleGPT` (Sec. 3-4, App. A-B).
 
 Four constructions whose output at position n is the conditional k-gram estimate
-p_hat_k(. | x_{1:n}) (spec D §1.2) as the temperature c grows:
+p_hat_k(. | x_{1:n}) (Sec. 2.1) as the temperature c grows:
 
 * ``2l2h`` — Sec. 3 / App. A.2.1: two heads in layer 1 (u- and v-head), a two-sublayer
-  copy MLP with the modified LN, the induction head in layer 2 (spec D §3.2);
+  copy MLP with the modified LN, the induction head in layer 2 (App. A.2);
 * ``2l1h`` — Sec. 4 / App. B.1 (main theorem): the v-head alone in layer 1 and a
-  three-sublayer MLP that isolates e_{x_{n-k}}, forms u_n and normalises (spec D §3.3);
+  three-sublayer MLP that isolates e_{x_{n-k}}, forms u_n and normalises (App. B.1);
 * ``3l1h`` — Rajaraman et al. 2024, Thm 4: u-head, v-head and induction head in three
-  layers, each attention followed by an FFN + LN (spec D §3.4);
+  layers, each attention followed by an FFN + LN (recalled in Sec. 3);
 * ``ungated`` — App. A.2.2 / B.2: the 2L1H layer 1 with a two-sublayer MLP and the layer
-  norm after the query and key maps of layer 2, no gate: a *biased* k-gram (spec D §3.6).
+  norm after the query and key maps of layer 2, no gate: a *biased* k-gram (App. B.2).
 
-Layout (spec D §3.1, [PROPOSAL]): d = 6S + 4 (ungated: 5S + 4, no u-hat / v-hat blocks):
+Layout (ours, after App. A.2 / B): d = 6S + 4 (ungated: 5S + 4, no u-hat / v-hat blocks):
 scalar slots ``one``, ``pos``, ``r``, ``gate``, then the S-blocks ``tok``, ``v``, ``mask``
 (2L1H) or ``u`` (2L2H, 3L1H), ``uhat``, ``vhat``, ``out``. The stream starts as the
 embedding E[one, s] = 1, E[tok + s, s] = 1 (no absolute positions); the readout maps the
-``out`` block to the logits, which *are* the probabilities (f = identity, spec D §2.1).
+``out`` block to the logits, which *are* the probabilities (f = identity, Sec. 2.2).
 
-Layer 1 ("triadic" heads, spec D §3.1): one relative-position table R_m per head, added to
+Layer 1 ("triadic" heads, App. A.2 / B): one relative-position table R_m per head, added to
 the key and value inputs (`LayerConfig.rel_pe = "key_value"`, one table shared by keys and
 values as in the authors' code). R_m[pos] = m ln 3 inside the window and -C outside, so
 att_{n, n-m} = 3^m / sum_{m' in window} 3^{m'}; the v-head also carries R_m[r] = 1[m = k],
@@ -49,7 +49,7 @@ CONSTRUCTIONS: tuple[Construction, ...] = ("2l2h", "2l1h", "3l1h", "ungated")
 
 @dataclass(frozen=True)
 class Layout:
-    """Coordinates of the residual stream (spec D §3.1)."""
+    """Coordinates of the residual stream (our layout, after App. B)."""
 
     states: int
     ungated: bool = False
@@ -75,7 +75,7 @@ class Layout:
 
 
 def triadic_normaliser(order: int) -> float:
-    """Z = sum_{m=1}^{k} 3^m = (3^{k+1} - 3) / 2 (spec D §3.1)."""
+    """Z = sum_{m=1}^{k} 3^m = (3^{k+1} - 3) / 2 (App. A.2 / B, layer 1)."""
     return (3 ** (order + 1) - 3) / 2
 
 
@@ -97,7 +97,7 @@ def matching_margin(order: int) -> float:
 def sufficient_temperature(order: int, length: int, error: float) -> float:
     """c = ln((T - 1) / eps) / delta_k: the gated heads (2L2H, 2L1H, 3L1H) are within eps.
 
-    Our derivation from the layer-2 scores (spec D §3.1; paper D, Sec. 3 "as the temperature
+    Our derivation from the layer-2 scores (our gate; paper D, Sec. 3 "as the temperature
     ... tends to infinity"): at n >= k + 1 a matching key scores c, a non-matching key i >= k + 1
     at most c (1 - delta_k) (`matching_margin`) and a key i <= k at most 0 (the gate,
     c_g = c), so the non-matching attention mass is w <= (T - 1) e^{-c delta_k} and
@@ -110,14 +110,14 @@ def sufficient_temperature(order: int, length: int, error: float) -> float:
 def config(kind: Construction, states: int, length: int, scale: float = 1.0) -> GPTConfig:
     """The `GPTConfig` of construction ``kind`` for S states and sequences of ``length``.
 
-    ``scale`` is the layer-2 attention scale: 1 (no scaling, spec D §2.1) except for the
+    ``scale`` is the layer-2 attention scale: 1 (no scaling, Sec. 2.2) except for the
     ungated variant, where it is the temperature c.
     """
     layout = Layout(states, ungated=kind == "ungated")
     triadic = {"attn_scale": 1.0, "head_merge": "sum", "rel_pe": "key_value"}
     induction = LayerConfig(n_head=1, attn_scale=1.0, head_merge="sum", mlp="none")
     copy = SublayerConfig(activation="identity", norm="l2")
-    ffn = (  # Rajaraman et al.: FFN (two matrices with biases) + LN + residual (spec D §3.4)
+    ffn = (  # Rajaraman et al.: FFN (two matrices with biases) + LN + residual (their Arch. 2)
         SublayerConfig(bias=True, activation="relu", skip="none"),
         SublayerConfig(bias=True, activation="identity", norm="l2", skip="input"),
     )
@@ -181,7 +181,7 @@ def _window_table(
     layout: Layout, order: int, window: range, big: float, length: int, signal: bool
 ) -> torch.Tensor:
     """R (T, d) of a triadic head: R_m[pos] = m ln 3 on ``window``, -C elsewhere; with
-    ``signal`` R_m[r] = 1[m = k] (spec D §3.1)."""
+    ``signal`` R_m[r] = 1[m = k] (App. B: the n > k signal)."""
     table = torch.zeros(length, layout.width, dtype=torch.float64)
     m = torch.arange(length, dtype=torch.float64)
     inside = torch.tensor([int(j) in window for j in range(length)])
@@ -204,7 +204,7 @@ def _triadic_qkv(layout: Layout, dst: slice, signal: bool) -> torch.Tensor:
 
 
 def _induction_qkv(layout: Layout, member: Member) -> torch.Tensor:
-    """[W_Q; W_K; W_V] (3d, d) of the gated layer-2 induction head (spec D §3.1)."""
+    """[W_Q; W_K; W_V] (3d, d) of the gated layer-2 induction head (App. B.1; the gate is ours)."""
     d, s, k = layout.width, layout.states, member.order
     eye = torch.eye(s, dtype=torch.float64)
     vhat, uhat = layout.block("vhat"), layout.block("uhat")
@@ -220,7 +220,7 @@ def _induction_qkv(layout: Layout, member: Member) -> torch.Tensor:
 
 def _ungated_qkv(layout: Layout) -> torch.Tensor:
     """[W_Q; W_K; W_V] (3d, d) of the ungated head: q = u_n, k = v_i, both l2-normalised by
-    the attention (App. A.2.2 / B.2; spec D §3.6)."""
+    the attention (App. A.2.2 / B.2)."""
     d, s = layout.width, layout.states
     eye = torch.eye(s, dtype=torch.float64)
     w = torch.zeros(3, d, d, dtype=torch.float64)
@@ -237,7 +237,7 @@ def _copy(layout: Layout, src: str, dst: str) -> torch.Tensor:
 
 
 def _mask_sublayer(layout: Layout, order: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """W_1, b_1 isolating e_{x_{n-k}}: mask = ReLU(v - 3^k / (2Z)) (spec D §3.3)."""
+    """W_1, b_1 isolating e_{x_{n-k}}: mask = ReLU(v - 3^k / (2Z)) (App. B.1)."""
     w = _copy(layout, "v", "mask")
     b = torch.zeros(layout.width, dtype=torch.float64)
     b[layout.block("mask")] = -(3**order) / (2 * triadic_normaliser(order))
@@ -245,7 +245,7 @@ def _mask_sublayer(layout: Layout, order: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def _u_sublayer(layout: Layout, order: int, dst: str) -> torch.Tensor:
-    """W_2: U_n = Z v_n + e_{x_n} - 3^k e_{x_{n-k}} = sum_{m<k} 3^m e_{x_{n-m}} (spec D §3.3)."""
+    """W_2: U_n = Z v_n + e_{x_n} - 3^k e_{x_{n-k}} = sum_{m<k} 3^m e_{x_{n-m}} (App. B.1)."""
     eye = torch.eye(layout.states, dtype=torch.float64)
     w = torch.zeros(layout.width, layout.width, dtype=torch.float64)
     w[layout.block(dst), layout.block("v")] = triadic_normaliser(order) * eye
@@ -280,7 +280,7 @@ def _set_single_head(
     model: EnsembleGPT, layout: Layout, i: int, member: Member, ungated: bool
 ) -> None:
     """2L1H (App. B.1) or its ungated variant (App. B.2): v-head, mask / u sublayers
-    (+ v-hat copy), layer-2 head (spec D §3.3, §3.6)."""
+    (+ v-hat copy), layer-2 head (App. B.1, B.2)."""
     k, length = member.order, model.cfg.block_size
     mlp = "transformer.h.0.mlp.layers"
     _set_qkv(model, 0, i, _triadic_qkv(layout, layout.block("v"), True))
@@ -315,7 +315,7 @@ def _set_two_heads(model: EnsembleGPT, layout: Layout, i: int, member: Member) -
 
 def _set_three_layers(model: EnsembleGPT, layout: Layout, i: int, member: Member) -> None:
     """3L1H (Rajaraman et al. Thm 4): u-head + FFN, v-head + FFN, induction head + FFN
-    whose second matrix is 0 (spec D §3.4); FFN: W_1 = I (ReLU of a non-negative stream),
+    whose second matrix is 0 (App. I counts it); FFN: W_1 = I (ReLU of a non-negative stream),
     W_2 copies u -> u-hat (v -> v-hat) before the LN."""
     k, length = member.order, model.cfg.block_size
     eye = torch.eye(layout.width, dtype=torch.float64)

@@ -2,7 +2,7 @@
 
 Paper D, Table 1 and App. I ("Parameter breakdown and comparison"); the formulas are
 stripped from our copy of the paper, so the component list of App. I is applied to the
-layouts of spec D §3 (spec D §5.1, §5.11):
+layouts of our constructions (`constructions`):
 
 * token embedding S d;
 * per attention layer: relative PE T d per table, Q/K/V 3 H d^2, output projection H d^2
@@ -11,12 +11,13 @@ layouts of spec D §3 (spec D §5.1, §5.11):
   (standard affine-LN accounting, although the modified LN v / ||v|| has no parameters);
 * output projection S d + S.
 
-Two choices differ from spec D §5.1's formulas, so that the counts are those of the tensors
-the harness materialises (`constructions.build`; D-T1-3):
+Two choices differ from a literal reading of App. I's list (separate key and value PE
+tables, a bias on every MLP matrix), so that the counts are those of the tensors the harness
+materialises (`constructions.build`; D-T1-3):
 
 * one relative-PE table per head is shared by keys and values (the authors' code projects
-  one `nn.Embedding(T, d)` through c_attn for both, spec D §2.1); ``separate_value_tables``
-  gives spec D §5.1's accounting (2 T d per head of a layer with value PE);
+  one `nn.Embedding(T, d)` through c_attn for both, `src/models/base.py`);
+  ``separate_value_tables`` gives the literal reading (2 T d per head of a layer with value PE);
 * a bias is counted only where the construction has one (sublayer 1 of the 2L1H MLP,
   D-CON-4; both FFN matrices of Rajaraman et al.), not on every MLP matrix.
 
@@ -65,7 +66,7 @@ class Architecture:
 
 
 def _ours_width(states: int, order: int) -> int:
-    """d = 6S + 4 (spec D §3.1: four scalar slots and six S-blocks)."""
+    """d = 6S + 4 (our layout: four scalar slots and six S-blocks)."""
     return 6 * states + 4
 
 
@@ -83,7 +84,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         "this paper",
         "k",
         "2-layer 1-head, 2-sublayer MLP",
-        lambda s, k: 5 * s + 4,  # no u-hat / v-hat blocks (spec D §5.1)
+        lambda s, k: 5 * s + 4,  # no u-hat / v-hat blocks (App. B.2)
         lambda k: (LayerShape(1, "key_value", 2, 1, 2), LayerShape(1, layer_norms=2)),
     ),
     "ours_2l2h": Architecture(
@@ -126,7 +127,7 @@ UNCOUNTED = (
 def breakdown(
     name: str, states: int, order: int, length: int, separate_value_tables: bool = False
 ) -> dict[str, int]:
-    """App. I component counts of architecture ``name`` at (S, k, T) (spec D §5.11)."""
+    """App. I component counts of architecture ``name`` at (S, k, T)."""
     arch = ARCHITECTURES[name]
     d = arch.width(states, order)
     counts = dict.fromkeys(COMPONENTS, 0)
@@ -147,7 +148,7 @@ def breakdown(
 def parameter_count(
     name: str, states: int, order: int, length: int, separate_value_tables: bool = False
 ) -> int:
-    """Total parameters of architecture ``name`` (the Table 1 column; spec D §5.1)."""
+    """Total parameters of architecture ``name`` (the Table 1 column)."""
     return sum(breakdown(name, states, order, length, separate_value_tables).values())
 
 
@@ -155,7 +156,7 @@ def crossover_order(
     states: int, length: int, max_order: int, separate_value_tables: bool = False
 ) -> int | None:
     """Smallest k from which ours (2L1H) has fewer parameters than the k-head model at every k
-    up to ``max_order`` (spec D §5.1, D-T1-2); None if there is none."""
+    up to ``max_order`` (Table 1, D-T1-2); None if there is none."""
     below = [
         parameter_count("ours_2l1h", states, k, length, separate_value_tables)
         < parameter_count("khead_2l", states, k, length, separate_value_tables)

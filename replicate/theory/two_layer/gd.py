@@ -1,8 +1,8 @@
 """The reduced two-layer model of paper D's gradient analysis and its two-stage GD.
 
-Paper D, Sec. 5 and App. C (C.1 model simplification, C.2 stage 1, C.3 stage 2); spec D §4.
+Paper D, Sec. 5 and App. C (C.1 model simplification, C.2 stage 1, C.3 stage 2).
 Only the positional scalars of layer 1 and one attention scalar of layer 2 are trained;
-every other weight sits at its first-order optimum (spec D §4.1):
+every other weight sits at its first-order optimum (App. C.1):
 
 * layer 1: att_{n, n-m} = softmax_{m in {0..n-1}}(p_m) with a Toeplitz p in R^T (one scalar
   per relative distance, distance 0 included), v_n = sum_m att_{n, n-m} e_{x_{n-m}};
@@ -13,7 +13,7 @@ every other weight sits at its first-order optimum (spec D §4.1):
 * loss (App. C, Eq. (2), the true next-token law in place of the sampled token):
   L = -E sum_s pi(s | x_T) log(f_s + eps).
 
-Data (spec D §4.2, [PROPOSAL] prior): rows pi(.|s) = (1 - gamma) Dir(1_S) + gamma / S,
+Data (App. C's assumptions; the prior is ours): rows pi(.|s) = (1 - gamma) Dir(1_S) + gamma / S,
 independent over s and over sequences, x_1 from the stationary law of the kernel.
 
 `loss_gradients` is the closed-form gradient (the chain rule of App. C.2 written out:
@@ -43,14 +43,14 @@ class ReducedData:
 def mixed_dirichlet_kernels(
     states: int, gamma: float, count: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """``count`` kernels (count, S, S), rows (1 - gamma) Dir(1_S) + gamma / S (spec D §4.2)."""
+    """``count`` kernels (count, S, S), rows (1 - gamma) Dir(1_S) + gamma / S (our prior)."""
     return (1.0 - gamma) * draw_kernels(states, 1, 1.0, count, generator) + gamma / states
 
 
 def sample_reduced_data(
     states: int, gamma: float, sequences: int, length: int, generator: torch.Generator
 ) -> ReducedData:
-    """Sequences from the spec D §4.2 prior, x_1 stationary (the lemmas use stationary chains)."""
+    """Sequences from our prior (App. C), x_1 stationary (the lemmas use stationary chains)."""
     kernels = mixed_dirichlet_kernels(states, gamma, sequences, generator)
     tokens = sample_from_kernels(kernels, length, "stationary", generator)
     next_law = kernels[torch.arange(sequences), tokens[:, -1]]
@@ -59,7 +59,7 @@ def sample_reduced_data(
 
 
 def layer1_attention(p: torch.Tensor) -> torch.Tensor:
-    """(T, T) causal attention att[n, i] = softmax_{i <= n}(p_{n-i}) (spec D §4.1)."""
+    """(T, T) causal attention att[n, i] = softmax_{i <= n}(p_{n-i}) (App. C.1)."""
     length = p.shape[0]
     n = torch.arange(length)
     distance = n[:, None] - n[None, :]
@@ -77,7 +77,7 @@ def _keys_at_query(v: torch.Tensor, tokens: torch.Tensor, normalize: bool) -> to
 def reduced_prediction(
     p: torch.Tensor, a: torch.Tensor, data: ReducedData, normalize: bool
 ) -> torch.Tensor:
-    """f_theta(X) = sum_i beta_i e_{x_i} (N, S) (paper D, App. C.1; spec D §4.1)."""
+    """f_theta(X) = sum_i beta_i e_{x_i} (N, S) (paper D, App. C.1)."""
     one_hot = data.one_hot
     v = layer1_attention(p) @ one_hot
     beta = (a * _keys_at_query(v, data.tokens, normalize)).softmax(-1)
@@ -97,7 +97,7 @@ def reduced_loss(
 
 
 def optimal_loss(data: ReducedData, eps: float) -> float:
-    """L* = -E sum_s pi(s | x_T) log(pi(s | x_T) + eps) (the Thm 5 target; spec D §4.3)."""
+    """L* = -E sum_s pi(s | x_T) log(pi(s | x_T) + eps) (the Thm 5 target, Sec. 5)."""
     return float(cross_entropy(data.next_law, data.next_law, eps))
 
 
@@ -155,7 +155,7 @@ class GDSchedule:
 
 @dataclass(frozen=True)
 class GDResult:
-    """Iterates of both stages (spec D §4.4)."""
+    """Iterates of both stages (Sec. 5's two-stage algorithm)."""
 
     initial_grad_p: np.ndarray  # dL/dp at p = 0, a = a0 (Lemma 7)
     p_history: np.ndarray  # (steps_p + 1, T)
