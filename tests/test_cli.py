@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,20 @@ def test_snakemake_plans_paper_scale(workflow: Path) -> None:
     assert "attn_markov_fig3" in res.stdout
     res = _snakemake(workflow, "-n", "fig3")
     assert res.returncode == 0 and "fig3" in res.stdout
+
+
+def test_the_gpu_profile_runs_the_paper_scale_one_training_at_a_time(workflow: Path) -> None:
+    """profiles/gpu: the paper's scale and its own results tree, one GPU that the training
+    jobs share, with profiles/default read as well."""
+    shutil.copytree(REPO / "profiles", workflow / "profiles")
+    res = _snakemake(workflow, "-n", "--profile", "profiles/gpu", "attn_markov_fig3", "fig2")
+    assert res.returncode == 0, res.stderr
+    assert "profiles/gpu and workflow specific profile profiles/default" in res.stderr
+    assert "results/paper/attn_markov/fig3/metrics.json" in res.stdout
+    assert "results/ci/" not in res.stdout
+    assert re.search(r"rule attn_markov_fig3:(?:\n .*)*\n    resources: .*gpu=1", res.stdout)
+    assert re.search(r"rule local_global_fig2:(?:\n .*)*\n    resources: .*gpu=0", res.stdout)
+    assert "--resources gpu=1" not in res.stdout  # the limit comes from the profile
 
 
 def test_snakemake_unknown_target_and_bad_scale(workflow: Path) -> None:
