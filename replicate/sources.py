@@ -42,6 +42,9 @@ CLAIMS_ROOTS = ("replicate/__main__.py", "replicate/claims.py")
 schemas (`claims_sources`)."""
 SYNTAX = "syntax"
 """The user cache's entries of parsed project files (`_syntax`)."""
+PARSE_RULES = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+"""This module's own digest, part of every cache key: an entry made by other rules (what
+counts as a docstring, which imports are followed) is never read as this one's."""
 DISPATCHERS = frozenset({"replicate/cli.py"})
 """Modules whose function-level imports belong to commands other than the one a job runs:
 only their module-level imports are followed (the `run` command's own, the runner, is among
@@ -118,11 +121,11 @@ def _syntax(path: Path, file: str, mtime_ns: int, size: int) -> tuple[str, tuple
     """The dump of ``file``'s syntax tree without its docstrings (`_without_docstrings`: the
     digest's text) and the modules it imports (`_imported_modules`), cached in this process
     by path, modification time and size (the Snakefile asks for each file once per
-    experiment), and in the user's cache by the file's name and bytes and Python's version:
-    parsing the hundred-odd project files would otherwise cost every Snakemake start about
-    five seconds."""
+    experiment), and in the user's cache by the file's name and bytes, Python's version and
+    the rules of this module (`PARSE_RULES`): parsing the hundred-odd project files would
+    otherwise cost every Snakemake start about five seconds."""
     data = path.read_bytes()
-    key = hashlib.sha256(f"{sys.version}\0{file}\0".encode() + data).hexdigest()
+    key = hashlib.sha256(f"{sys.version}\0{PARSE_RULES}\0{file}\0".encode() + data).hexdigest()
     cached = read_entry(SYNTAX, key)
     if cached is not None:
         try:

@@ -178,3 +178,11 @@ def test_parsed_files_are_cached_by_content(
     assert all(entry.read_text().startswith('{"dump"') for entry in entries)
     (tmp_path / "replicate" / "n.py").write_text("X = 2\n")
     assert source_digest(files, tmp_path) != parsed
+    # Entries made under other parsing rules (another version of replicate/sources.py) are
+    # never read: they may strip or follow other things.
+    (tmp_path / "replicate" / "n.py").write_text("X = 1\n")
+    _syntax.cache_clear()
+    calls.clear()
+    monkeypatch.setattr("replicate.sources.PARSE_RULES", "other rules")
+    assert source_digest(files, tmp_path) == parsed
+    assert sorted(call[0] for call in calls) == [b"X = 1\n", b"import replicate.n\n"]
