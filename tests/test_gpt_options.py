@@ -14,7 +14,14 @@ from dataclasses import asdict, dataclass, fields
 import pytest
 import torch
 
-from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+from lightning_modules.ensemble_gpt import (
+    EnsembleGPT,
+    GPTConfig,
+    LayerConfig,
+    SublayerConfig,
+    by_distance,
+    by_position,
+)
 from lightning_modules.layers import L2Norm, OneHotEmbedding
 
 Sub = SublayerConfig
@@ -583,3 +590,28 @@ def test_bad_configs_raise(kwargs: dict, message: str) -> None:
 def test_bad_layer_configs_raise(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LayerConfig(**kwargs)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_relative_skewing_against_an_index_loop(n: int) -> None:
+    """`by_position` and `by_distance` move entries exactly where the index arithmetic of
+    relative positions (m = n - i) puts them, forward and backward: each gradient entry is
+    the one upstream entry mapped onto it, or zero."""
+    per_distance = torch.randn(3, 2, n, n, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 2, n, n, dtype=torch.float64).tril().requires_grad_()
+    shifted, back = by_position(per_distance), by_distance(weights)
+    for q in range(n):
+        for j in range(n):
+            if j <= q:
+                assert torch.equal(shifted[..., q, j], per_distance[..., q, q - j])
+            expected = weights[..., q, q - j] if j <= q else torch.zeros(3, 2).double()
+            assert torch.equal(back[..., q, j], expected)
+    upstream = torch.randn(3, 2, n, n, dtype=torch.float64)
+    (shifted * upstream.tril()).sum().backward()
+    (back * upstream).sum().backward()
+    zero = torch.zeros(3, 2, dtype=torch.float64)
+    for q in range(n):
+        for k in range(n):  # a distance of per_distance, a key position of weights
+            mapped = upstream[..., q, q - k] if k <= q else zero
+            assert torch.equal(per_distance.grad[..., q, k], mapped)
+            assert torch.equal(weights.grad[..., q, k], mapped)
