@@ -3,8 +3,9 @@
 
 Each representative experiment runs at ci scale with every training cut to ``--steps``
 steps (`python -m replicate calibrate`, the cost plan's own measurement: the median wall
-time of one training step, evaluation excluded), once in a scratch worktree of the
-baseline commit and once in this tree, one after the other on the same machine; the
+time of one training step, evaluation excluded), in a scratch worktree of the baseline
+commit and in this tree, alternately (``--rounds`` of each, the faster kept: a shared
+machine drifts by more than these effects over the minutes one experiment takes); the
 printed seconds are each training's full step count times that median, summed over the
 experiment's trainings at each commit's own settings, and the ms per model step those
 seconds over the members times steps: one member's step, the per-step time that compares
@@ -14,7 +15,7 @@ steps into where their time goes: drawing the batch, the forward pass with the l
 backward pass, the optimiser (with gradient clipping and the step's schedule), and the rest
 (Lightning's loop and hooks).
 
-    python benchmarks/step_profile.py [--baseline 7d94dbd] [--steps 200]
+    python benchmarks/step_profile.py [--baseline 7d94dbd] [--steps 200] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -113,17 +114,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="7d94dbd", help="the commit to compare with")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each side")
     args = parser.parse_args()
+    before, after, parts = {}, {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         tree = baseline_tree(args.baseline, Path(scratch))
         try:
-            before = {e: calibrate(tree, e, args.steps, False)[0] for e in REPRESENTATIVES}
+            for experiment in REPRESENTATIVES:
+                runs = {tree: [], REPO: []}
+                for _ in range(args.rounds):
+                    for side in runs:
+                        runs[side].append(calibrate(side, experiment, args.steps, False)[0])
+                before[experiment] = min(runs[tree], key=lambda cost: training(cost)[0])
+                after[experiment] = min(runs[REPO], key=lambda cost: training(cost)[0])
+                parts[experiment] = breakdown(calibrate(REPO, experiment, args.steps, True)[1])
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)])
-    after, parts = {}, {}
-    for experiment in REPRESENTATIVES:
-        after[experiment] = calibrate(REPO, experiment, args.steps, False)[0]
-        parts[experiment] = breakdown(calibrate(REPO, experiment, args.steps, True)[1])
     print(f"ci scale, trainings cut to {args.steps} steps for the timing, one CPU thread; "
           "training s = steps x median step time, summed over trainings, at each commit's own "
           "settings; ms per model step = training s / (members x steps): the time of one "
