@@ -36,7 +36,7 @@ def bench_ensemble(ensemble: int, seq_len: int, steps: int) -> None:
 
     def run(group: list[ChainMember], label: str) -> None:
         model = gpt_ensemble(cfg, [m.seed for m in group])
-        train_ensemble(model, group, plan, optim, label, progress=False)
+        train_ensemble(model, group, plan, optim, label)
 
     run(members[:1], "warm-up")
     batched = _time(lambda: run(members, "batched"))

@@ -5,8 +5,8 @@ threads vs T processes training a T-th of its members each, on the device presen
 Printed, never asserted. On a CPU it measures the CPU (bf16 autocast runs there, through
 oneDNN, and is usually slower than float32); on a CUDA machine the same command measures
 the GPU and adds the measured bytes per member that automatic chunking uses
-(`replicate.chunking.cuda_member_bytes`) and the chunk size it would pick. Step times come
-from `replicate.training.calibrating`'s step timer (median step, warm-up step left out); a
+(`replicate.training.chunking.cuda_member_bytes`) and the chunk size it would pick. Step times come
+from a `replicate.training.Calibration`'s step timer (median step, warm-up step left out); a
 chunked training's step time is the sum over its chunks, which train one after the other;
 chunks in parallel processes take the slowest process's step time.
 
@@ -26,16 +26,17 @@ import torch
 
 from lightning_modules import ChainMember, GPTConfig, NextTokenCE, OptimConfig
 from replicate.markov import binary_kernel, binary_stationary
+from replicate.params import Precision
 from replicate.training import (
-    AUTOCAST_DTYPES,
+    Calibration,
     DeviceSettings,
-    Precision,
+    TrainingContext,
     TrainingPlan,
-    calibrating,
     configure_torch,
     gpt_ensemble,
     train_ensemble,
 )
+from replicate.training.context import AUTOCAST_DTYPES
 
 
 def _precisions() -> list[Precision]:
@@ -59,17 +60,17 @@ def step_seconds(
 ) -> float:
     """Wall seconds of one training step of ``members`` members (summed over chunks)."""
     kernel, pi = binary_kernel(0.5, 0.8), binary_stationary(0.5, 0.8)
-    configure_torch(threads, precision=precision, max_members_per_chunk=chunk)
-    with calibrating(steps) as costs:
-        train_ensemble(
-            gpt_ensemble(cfg, range(members)),
-            [ChainMember(kernel, pi, seed) for seed in range(members)],
-            plan,
-            OptimConfig(),
-            "bench",
-            progress=False,
-        )
-    return sum(c.step_seconds for c in costs)
+    configure_torch(threads)
+    calibration = Calibration(steps)
+    train_ensemble(
+        gpt_ensemble(cfg, range(members)),
+        [ChainMember(kernel, pi, seed) for seed in range(members)],
+        plan,
+        OptimConfig(),
+        "bench",
+        context=TrainingContext(DeviceSettings(precision, chunk), calibration=calibration),
+    )
+    return sum(c.step_seconds for c in calibration.costs)
 
 
 def bench_precision(cfg: GPTConfig, plan: TrainingPlan, args: argparse.Namespace) -> None:
@@ -128,7 +129,7 @@ def bench_memory(cfg: GPTConfig, plan: TrainingPlan) -> None:
     """Measured CUDA bytes per member and the chunk size automatic chunking picks."""
     from lightning_modules import member_generator
     from lightning_modules.sources import sample_members
-    from replicate.chunking import cuda_member_bytes, members_that_fit
+    from replicate.training.chunking import cuda_member_bytes, members_that_fit
 
     member = ChainMember(binary_kernel(0.5, 0.8), binary_stationary(0.5, 0.8), 0)
     batch = sample_members(

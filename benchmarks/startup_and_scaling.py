@@ -8,7 +8,7 @@ Printed, never asserted. Three measurements:
    and seaborn only where used) vs eager imports (every paper's package, Lightning and
    seaborn imported before the run).
 2. Cost of one model-step vs ensemble size E at ci shapes (paper A Fig. 3: n_embd 4, one
-   layer, B=16, N=256), from `replicate.training.calibrating`'s step timer; on a GPU when
+   layer, B=16, N=256), from a `replicate.training.Calibration`'s step timer; on a GPU when
    one is present (the same ratios, measured there).
 3. The given Snakemake targets at ci scale in a scratch copy of the repository with
    ``--cores`` cores: wall time vs the summed wall time of the jobs (Snakemake's benchmark
@@ -80,8 +80,9 @@ def bench_scaling(sizes: list[int], steps: int) -> None:
     from lightning_modules import ChainMember, GPTConfig, OptimConfig
     from replicate.markov import binary_kernel, binary_stationary
     from replicate.training import (
+        Calibration,
+        TrainingContext,
         TrainingPlan,
-        calibrating,
         configure_torch,
         gpt_ensemble,
         train_ensemble,
@@ -96,9 +97,11 @@ def bench_scaling(sizes: list[int], steps: int) -> None:
     base = None
     for e in sizes:
         members = [ChainMember(kernel, pi, seed) for seed in range(e)]
-        with calibrating(steps) as costs:
-            model = gpt_ensemble(cfg, range(e))
-            train_ensemble(model, members, plan, OptimConfig(), "b", progress=False)
+        calibration = Calibration(steps)
+        model = gpt_ensemble(cfg, range(e))
+        context = TrainingContext(calibration=calibration)
+        train_ensemble(model, members, plan, OptimConfig(), "b", context=context)
+        costs = calibration.costs
         per_model = costs[0].step_seconds / e * 1e3
         base = base or per_model
         print(

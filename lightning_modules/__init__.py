@@ -11,8 +11,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+    from lightning_modules.ensemble_gpt import EnsembleGPT
     from lightning_modules.ensemble_module import EnsembleModule
+    from lightning_modules.gpt_config import GPTConfig, LayerConfig, SublayerConfig
     from lightning_modules.markov_data import MarkovEnsembleData
     from lightning_modules.objectives import (
         BinaryLogitCE,
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
 
 _SUBMODULE = {
     "EnsembleGPT": "ensemble_gpt",
-    "GPTConfig": "ensemble_gpt",
-    "LayerConfig": "ensemble_gpt",
-    "SublayerConfig": "ensemble_gpt",
+    "GPTConfig": "gpt_config",
+    "LayerConfig": "gpt_config",
+    "SublayerConfig": "gpt_config",
     "EnsembleModule": "ensemble_module",
     "OptimConfig": "optim",
     "ChainMember": "sources",

@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from replicate.params import (
     ParamsFile,
     SettingsValidator,
     format_errors,
+    within,
 )
 from replicate.user_cache import cache_dir, read_entry, write_entry
 
@@ -60,15 +61,95 @@ def validation_key(data: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def _reject_nan(node: Any, path: str, source: str) -> None:
+def _key_lines(
+    node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int], seen: set[int]
+) -> None:
+    """Enter in ``lines`` the line (from 1) of each key and list item below ``node``, by its
+    key path. A node met again through an alias is not walked again (an anchor may hold
+    itself): a key below an alias is found at the alias's key."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        children = [(str(key.value), key, value) for key, value in node.value]
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(str(i), item, item) for i, item in enumerate(node.value)]
+    else:
+        return
+    for key, marked, value in children:
+        child = (*path, key)
+        lines.setdefault(child, marked.start_mark.line + 1)
+        _key_lines(value, child, lines, seen)
+
+
+class KeyLines:
+    """The line of each key of a params file, found when an error needs one: the file is
+    parsed again, as YAML nodes, which a valid load (every job, every Snakemake call) never
+    pays for."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file.absolute()
+        self._lines: dict[tuple[str, ...], int] | None = None
+
+    def _read(self) -> dict[tuple[str, ...], int]:
+        if self._lines is None:
+            self._lines = {}
+            try:
+                root = yaml.compose(self.file.read_text(), Loader=_UniqueKeyLoader)
+            except (OSError, yaml.YAMLError):
+                return self._lines  # no file to point into: errors go without a line
+            if root is not None:
+                self._lines[()] = root.start_mark.line + 1
+                _key_lines(root, (), self._lines, set())
+        return self._lines
+
+    def __call__(self, keys: Sequence[str]) -> int | None:
+        """The line of key path ``keys``, or of the deepest key of the file on it: a missing
+        key's mapping (for a missing top-level key, the line where the document starts). The
+        parts of a pydantic location that are no key of the file (``[key]`` after a bad key,
+        a union member's name) are passed over."""
+        lines = self._read()
+        found: tuple[str, ...] = ()
+        for key in keys:
+            if (*found, key) in lines:
+                found = (*found, key)
+        return lines.get(found)
+
+
+class _Origin:
+    """Where the values being validated came from: the file ``name`` (``lines``: where its
+    keys are) and, for the key paths ``overridden``, Snakemake's --config option."""
+
+    def __init__(self, name: str, lines: KeyLines, overridden: Collection[str]) -> None:
+        self.name = name
+        self.lines = lines
+        self.overridden = overridden
+
+    def at(self, keys: Sequence[str]) -> str:
+        """A one-line error's start for key path ``keys``: ``params.yaml: line 12: a.b``, or
+        ``--config: a.b`` for a value the option set."""
+        path = ".".join(keys)
+        if within(path, self.overridden):
+            return f"--config: {path}"
+        line = self.lines(keys)
+        return f"{self.name}: {path}" if line is None else f"{self.name}: line {line}: {path}"
+
+    def errors(self, err: ValidationError, prefix: str = "") -> ConfigError:
+        """``err``'s errors, each with its line (`format_errors`)."""
+        return ConfigError(
+            format_errors(err, prefix, self.name, overridden=self.overridden, line_of=self.lines)
+        )
+
+
+def _reject_nan(node: Any, keys: tuple[str, ...], origin: _Origin) -> None:
     if isinstance(node, float) and math.isnan(node):
-        raise ConfigError(f"{source}: {path} = nan is not a valid value")
+        raise ConfigError(f"{origin.at(keys)} = nan is not a valid value")
     if isinstance(node, Mapping):
         for k, v in node.items():
-            _reject_nan(v, f"{path}.{k}" if path else str(k), source)
+            _reject_nan(v, (*keys, str(k)), origin)
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            _reject_nan(v, f"{path}.{i}", source)
+            _reject_nan(v, (*keys, str(i)), origin)
 
 
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -126,21 +207,21 @@ def read_params_file(path: Path = DEFAULT_PARAMS) -> dict[str, Any]:
     return data
 
 
-def _check_implemented(names: Iterable[str], source: str) -> None:
+def _check_implemented(raw: ParamsFile, names: Iterable[str], origin: _Origin) -> None:
     unknown = sorted(n for n in names if n not in REGISTRY)
     if unknown:
         raise ConfigError(
-            f"{source}: experiments.{unknown[0]}: no experiment of that name is implemented "
-            f"(implemented: {', '.join(sorted(REGISTRY))})"
+            f"{origin.at([raw.section_of(unknown[0]), unknown[0]])}: no experiment of that "
+            f"name is implemented (implemented: {', '.join(sorted(REGISTRY))})"
         )
 
 
-def _settings_validator(source: str) -> SettingsValidator:
+def _settings_validator(origin: _Origin) -> SettingsValidator:
     """The validator `Params` uses for experiments it was not told to validate at load."""
 
     def validated(raw: ParamsFile, exp_name: str) -> BaseModel:
         """Validate experiment ``exp_name``'s settings at both scales; return the active one."""
-        _check_implemented([exp_name], source)
+        _check_implemented(raw, [exp_name], origin)
         entry = raw.all_experiments[exp_name]
         model = REGISTRY[exp_name].settings_model
         active: BaseModel | None = None
@@ -148,8 +229,8 @@ def _settings_validator(source: str) -> SettingsValidator:
             try:
                 validated_settings = model.model_validate(entry.settings[s])
             except ValidationError as err:
-                prefix = f"experiments.{exp_name}.settings.{s}"
-                raise ConfigError(format_errors(err, prefix, source)) from err
+                prefix = f"{raw.section_of(exp_name)}.{exp_name}.settings.{s}"
+                raise origin.errors(err, prefix) from err
             if s == raw.scale:
                 active = validated_settings
         assert active is not None
@@ -183,23 +264,20 @@ def load_params(
     use. None: every experiment, now, unless the same content (`validation_key`) validated
     in full before (then each on first use, as for ``only``).
     Relative paths in the file (``claims_dir``) start from the file's folder; for a dict,
-    from the working directory.
+    from the working directory. An error names the line of its key in the file (for a dict,
+    in the working directory's params.yaml, which Snakemake read it from), unless --config
+    set the value.
     """
-    if isinstance(source, (str, Path)):
-        name = str(source)
-        data = read_params_file(Path(source))
-    else:
-        name = str(DEFAULT_PARAMS)
-        data = dict(source)
+    file = Path(source) if isinstance(source, (str, Path)) else DEFAULT_PARAMS
+    data = read_params_file(file) if isinstance(source, (str, Path)) else dict(source)
     if scale is not None:
         data["scale"] = scale
-    _reject_nan(data, "", name)
+    origin = _Origin(str(file), KeyLines(file), _key_paths(overrides or {}))
+    _reject_nan(data, (), origin)
     try:
         raw = ParamsFile.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(
-            format_errors(err, "", name, overridden=_key_paths(overrides or {}))
-        ) from err
+        raise origin.errors(err) from err
 
     # Validating every experiment imports every paper's code (about 5 s, on every Snakemake
     # start); content validated in full before is validated lazily, on first use, instead.
@@ -207,17 +285,18 @@ def load_params(
     if key is not None and read_entry(VALIDATED, key) is not None:
         only = []
     checked = list(raw.all_experiments) if only is None else list(only)
-    _check_implemented([n for n in checked if n in raw.all_experiments], name)
+    _check_implemented(raw, [n for n in checked if n in raw.all_experiments], origin)
     for exp_name, entry in raw.all_experiments.items():
         expected_name = f"{entry.paper}_{entry.item}"
         if exp_name != expected_name:
             raise ConfigError(
-                f"{name}: experiments.{exp_name}: name must be <paper>_<item> = {expected_name!r}"
+                f"{origin.at([raw.section_of(exp_name), exp_name])}: name must be "
+                f"<paper>_<item> = {expected_name!r}"
             )
-    validate = _settings_validator(name)
+    validate = _settings_validator(origin)
     settings = {
         exp_name: validate(raw, exp_name) for exp_name in checked if exp_name in raw.all_experiments
     }
     if key is not None and only is None:
         write_entry(VALIDATED, key, "")  # a mark: validated in full
-    return Params(raw, settings, validate, Path(name))
+    return Params(raw, settings, validate, file)

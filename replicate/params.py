@@ -9,7 +9,7 @@ model is looked up by the loader, which hands `Params` the function that validat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -45,6 +45,16 @@ def timings_dir(scale: str) -> Path:
 class ConfigError(ValueError):
     """params.yaml, a claims file or a --config override is malformed; the message names the
     file, the key and the value."""
+
+
+class KeyProblem(ValueError):
+    """A model validator's finding about one key below the model: ``key``, its dotted path
+    from the model. Pydantic locates a validator's error at the model itself; `format_errors`
+    names (and finds the line of) this key instead."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
 
 
 # ----------------------------------------------------------------------------- scheduling
@@ -95,7 +105,7 @@ class Cluster(Strict):
         for name in ("resources", "checkpoint_every"):
             missing = [s for s in SCALES if s not in getattr(self, name)]
             if missing:
-                raise ValueError(f"{name}: missing scale(s) {missing}")
+                raise KeyProblem(name, f"missing scale(s) {missing}")
         return self
 
 
@@ -137,13 +147,16 @@ class ExperimentEntry(Strict):
     def _outputs_and_scales(self) -> ExperimentEntry:
         written = sorted(set(ALWAYS_WRITTEN) & set(self.outputs))
         if written:
-            raise ValueError(f"{written[0]} is always written; do not list it in outputs")
-        for curve in self.curves:
+            raise KeyProblem(
+                f"outputs.{self.outputs.index(written[0])}",
+                f"{written[0]} is always written; do not list it in outputs",
+            )
+        for i, curve in enumerate(self.curves):
             if curve.file not in self.outputs:
-                raise ValueError(f"curves: {curve.file!r} is not among the outputs")
+                raise KeyProblem(f"curves.{i}.file", f"{curve.file!r} is not among the outputs")
         missing = [s for s in SCALES if s not in self.settings]
         if missing:
-            raise ValueError(f"settings missing for scale(s) {missing}")
+            raise KeyProblem("settings", f"missing for scale(s) {missing}")
         return self
 
     def directory(self, scale: str) -> Path:
@@ -193,19 +206,20 @@ class ParamsFile(Strict):
     def _upstream_edges(self) -> ParamsFile:
         for name, entry in self.experiments.items():
             if entry.upstream is not None:
-                raise ValueError(
-                    f"experiments.{name}.upstream: move an experiment that reads another's "
-                    "outputs to derived_experiments"
+                raise KeyProblem(
+                    f"experiments.{name}.upstream",
+                    "move an experiment that reads another's outputs to derived_experiments",
                 )
         for name, entry in self.derived_experiments.items():
             source = f"{entry.paper}_{entry.upstream}"
             if entry.upstream is None or source not in self.all_experiments:
-                raise ValueError(
-                    f"derived_experiments.{name}.upstream = {entry.upstream!r}: must name an "
-                    f"item of paper {entry.paper} under experiments or derived_experiments"
+                raise KeyProblem(
+                    f"derived_experiments.{name}.upstream",
+                    f"must name an item of paper {entry.paper} under experiments or "
+                    f"derived_experiments, not {entry.upstream!r}",
                 )
             if name in self.experiments:
-                raise ValueError(f"derived_experiments.{name}: also defined under experiments")
+                raise KeyProblem(f"derived_experiments.{name}", "also defined under experiments")
         _upstream_first(self.derived_experiments)  # a derived upstream: no cycle
         return self
 
@@ -215,10 +229,14 @@ class ParamsFile(Strict):
         derived = self.derived_experiments
         return {**self.experiments, **{n: derived[n] for n in _upstream_first(derived)}}
 
+    def section_of(self, name: str) -> str:
+        """The section that defines experiment ``name`` (one of `all_experiments`)."""
+        return "experiments" if name in self.experiments else "derived_experiments"
+
 
 def _upstream_first(derived: Mapping[str, ExperimentEntry]) -> list[str]:
     """The names of ``derived``, each after its upstream when that is derived too (else in
-    params.yaml order); ValueError naming the loop when upstreams form a cycle."""
+    params.yaml order); a `KeyProblem` naming the loop when upstreams form a cycle."""
     order: list[str] = []
 
     def visit(name: str, path: list[str]) -> None:
@@ -226,7 +244,7 @@ def _upstream_first(derived: Mapping[str, ExperimentEntry]) -> list[str]:
             return
         if name in path:
             loop = " -> ".join([*path[path.index(name) :], name])
-            raise ValueError(f"derived_experiments.{path[0]}.upstream: cycle {loop}")
+            raise KeyProblem(f"derived_experiments.{path[0]}.upstream", f"cycle {loop}")
         entry = derived[name]
         visit(f"{entry.paper}_{entry.upstream}", [*path, name])
         order.append(name)
@@ -323,7 +341,7 @@ class Params:
     def section_of(self, name: str) -> str:
         """The params.yaml section that defines experiment ``name``."""
         self.experiment(name)
-        return "experiments" if name in self.raw.experiments else "derived_experiments"
+        return self.raw.section_of(name)
 
     def input_keys(self, name: str, scale: str | None = None) -> list[str]:
         """The params.yaml keys that shape experiment ``name``'s outputs at ``scale``
@@ -344,6 +362,10 @@ def value_at(data: Mapping[str, Any], key: str) -> Any:
     return node
 
 
+LineOf = Callable[[Sequence[str]], int | None]
+"""The line in the file of a key path (its parts), or None where the file cannot tell."""
+
+
 def _error_line(path: str, error: Mapping[str, Any]) -> str:
     """``path = value: problem``; without the value where it says nothing (a missing key,
     whose input is the mapping around it; an error about a whole mapping)."""
@@ -354,7 +376,8 @@ def _error_line(path: str, error: Mapping[str, Any]) -> str:
     return f"{shown}: {error['msg']}" if shown else str(error["msg"])
 
 
-def _within(path: str, keys: Collection[str]) -> bool:
+def within(path: str, keys: Collection[str]) -> bool:
+    """Whether key path ``path`` is one of ``keys`` or lies below one."""
     return any(path == k or path.startswith(f"{k}.") for k in keys)
 
 
@@ -364,16 +387,28 @@ def format_errors(
     source: str,
     what: str = "parameters",
     overridden: Collection[str] = (),
+    line_of: LineOf | None = None,
 ) -> str:
     """One line per validation error: the key path under ``prefix``, the value, the problem.
 
     ``overridden``: the dotted key paths given on the command line (``--config``); an error
-    at or under one of them is that option's, not ``source``'s.
+    at or under one of them is that option's, not ``source``'s. ``line_of``: where a key path
+    lies in ``source``; each of its errors then starts with that line (a missing key: the
+    line of the mapping that lacks it).
     """
     errors = []
     for e in err.errors():
-        path = ".".join([prefix, *map(str, e["loc"])] if prefix else map(str, e["loc"]))
-        errors.append(("--config" if _within(path, overridden) else source, _error_line(path, e)))
+        keys = [*(prefix.split(".") if prefix else []), *map(str, e["loc"])]
+        error: Mapping[str, Any] = e
+        cause = e.get("ctx", {}).get("error")
+        if isinstance(cause, KeyProblem):  # a validator's error about one key of its model
+            keys += cause.key.split(".")
+            error = {**e, "msg": str(cause)}
+        path = ".".join(keys)
+        origin = "--config" if within(path, overridden) else source
+        line = line_of(keys) if line_of is not None and origin == source else None
+        text = _error_line(path, error)
+        errors.append((origin, text if line is None else f"line {line}: {text}"))
     sources = list(dict.fromkeys(origin for origin, _ in errors))
     mixed = len(sources) > 1
     lines = [f"  {line} ({origin})" if mixed else f"  {line}" for origin, line in errors]

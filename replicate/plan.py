@@ -1,7 +1,7 @@
 """The cost plan of a scale: what every rule trains and what it will cost here.
 
 `python -m replicate plan --scale paper` runs each experiment once in a child process with
-every training cut to a few steps (`replicate.training.calibrating`): the child records, per
+every training cut to a few steps (`replicate.training.Calibration`): the child records, per
 `train_ensemble` call, the planned members and steps and the measured wall time of a
 training step and of an evaluation, and, for the whole experiment, the time outside the
 trainings (data, closed forms, figures) and the peak memory. The estimate of a rule is
@@ -104,7 +104,7 @@ def calibrate(
     import torch
 
     from replicate.experiments.runner import run_experiment
-    from replicate.training import calibrating
+    from replicate.training import Calibration
 
     def append(cost: TrainingCost) -> None:
         if partial is not None:
@@ -113,11 +113,12 @@ def calibrate(
 
     started = time.perf_counter()
     status = "ok"
-    with calibrating(steps, on_cost=append) as costs:
-        try:
-            run_experiment(name, params, root=root, progress=False)
-        except Exception as exc:
-            status = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    calibration = Calibration(steps, on_cost=append)
+    try:
+        run_experiment(name, params, root=root, progress=False, calibration=calibration)
+    except Exception as exc:
+        status = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    costs = calibration.costs
     wall = time.perf_counter() - started
     measured = sum(c.calibration_seconds for c in costs)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from replicate.claim_files import load_claims
-from replicate.config import load_params
+from replicate.config import load_params, read_params_file
 from replicate.experiments import REGISTRY
 from replicate.params import ConfigError
 
@@ -146,3 +146,243 @@ def test_scale_override_selects_settings() -> None:
     paper = load_params(PARAMS_FILE, scale="paper").settings("attn_markov_fig3")
     assert paper.training.steps == 8000 and paper.training.seq_len == 1024
     assert ci.training.steps < paper.training.steps
+
+
+# ----------------------------------------------------------------------------- error lines
+FIG4 = "  attn_markov_fig4:\n"
+FIG5 = "  attn_markov_fig5:\n"
+TABLE1 = "  attn_markov_table1:\n"
+DERIVED = "derived_experiments:\n"
+LINED = {
+    # kind: (where the edit starts, old text, new text, the line's text, its message, only)
+    "wrong type deep in settings": (
+        FIG4,
+        "seeds: [0, 1, 2]",
+        'seeds: [0, "x", 2]',
+        'seeds: [0, "x", 2]',
+        "experiments.attn_markov_fig4.settings.ci.seeds.1 = 'x'",
+        ["attn_markov_fig4"],
+    ),
+    "unknown key in settings": (
+        TABLE1,
+        "      ci: {n_embd: 4,",
+        "      ci: {colour: red, n_embd: 4,",
+        "      ci: {colour: red",
+        "experiments.attn_markov_table1.settings.ci.colour = 'red': Extra inputs are not permitted",
+        ["attn_markov_table1"],
+    ),
+    "missing key in settings (its mapping's line)": (
+        TABLE1,
+        "      ci: {n_embd: 4, ",
+        "      ci: {",
+        "      ci: {seq_len",
+        "experiments.attn_markov_table1.settings.ci.n_embd: missing (required)",
+        ["attn_markov_table1"],
+    ),
+    "derived experiment's settings": (
+        DERIVED,
+        "settings: {paper: {}, ci: {}}",
+        "settings: {paper: {}, ci: {colour: red}}",
+        "colour: red",
+        "derived_experiments.attn_markov_table2.settings.ci.colour = 'red'",
+        ["attn_markov_table2"],
+    ),
+    "unknown key in an experiment": (
+        FIG4,
+        "    item: fig4\n",
+        "    item: fig4\n    colour: red\n",
+        "    colour: red",
+        "experiments.attn_markov_fig4.colour = 'red': Extra inputs are not permitted",
+        None,
+    ),
+    "unknown top-level key": (
+        "claims_dir:",
+        "claims_dir:",
+        "colour: red\nclaims_dir:",
+        "colour: red",
+        "colour = 'red': Extra inputs are not permitted",
+        None,
+    ),
+    "missing key (its mapping's line)": (
+        "runtime:",
+        "  threads: 1 ",
+        "  # threads: 1 ",
+        "runtime:",
+        "runtime.threads: missing (required)",
+        None,
+    ),
+    "missing top-level key (the document's first line)": (
+        "scale: ci\n",
+        "scale: ci\n",
+        "",
+        "runtime:",
+        "scale: missing (required)",
+        None,
+    ),
+    "bad value in runtime": (
+        "runtime:",
+        "precision: 32-true",
+        "precision: 64",
+        "precision: 64",
+        "runtime.precision = 64",
+        None,
+    ),
+    "bad value in cluster": (
+        "cluster:",
+        "{mem_mb: 4000,",
+        "{mem_mb: -1,",
+        "{mem_mb: -1,",
+        "cluster.resources.ci.mem_mb = -1: Input should be greater than 0",
+        None,
+    ),
+    "a scale missing in cluster": (
+        "cluster:",
+        "checkpoint_every: {ci: 0, paper: 500}",
+        "checkpoint_every: {ci: 0}",
+        "  checkpoint_every:",
+        "cluster.checkpoint_every: missing scale(s) ['paper']",
+        None,
+    ),
+    "bad scale": ("scale: ci\n", "scale: ci", "scale: huge", "scale: huge", "scale = 'huge'", None),
+    "bad scale name in settings": (
+        FIG4,
+        "      ci:\n",
+        "      big:\n",
+        "      big:",
+        "experiments.attn_markov_fig4.settings.big.[key] = 'big': Input should be 'ci' or",
+        None,
+    ),
+    "value out of range": (
+        "classification:",
+        "bigram_kappa_min: 0.8",
+        "bigram_kappa_min: 1.5",
+        "bigram_kappa_min: 1.5",
+        "classification.bigram_kappa_min = 1.5: Input should be less than 1",
+        None,
+    ),
+    "nan": (
+        FIG4,
+        "lr: 1.0e-3",
+        "lr: .nan",
+        "lr: .nan",
+        "experiments.attn_markov_fig4.settings.paper.optim.lr = nan is not a valid value",
+        None,
+    ),
+    "an experiment not implemented": (
+        FIG4,
+        FIG4 + "    paper: attn_markov\n    item: fig4",
+        "  attn_markov_fig44:\n    paper: attn_markov\n    item: fig44",
+        "  attn_markov_fig44:",
+        "experiments.attn_markov_fig44: no experiment of that name is implemented",
+        None,
+    ),
+    "a name other than <paper>_<item>": (
+        FIG4,
+        "    item: fig4",
+        "    item: fig5",
+        FIG4,
+        "experiments.attn_markov_fig4: name must be <paper>_<item> = 'attn_markov_fig5'",
+        None,
+    ),
+    "an upstream under experiments": (
+        FIG4,
+        "    item: fig4\n",
+        "    item: fig4\n    upstream: fig3\n",
+        "    upstream: fig3",
+        "experiments.attn_markov_fig4.upstream: move an experiment that reads another's",
+        None,
+    ),
+    "an upstream that is no experiment": (
+        "  attn_markov_table2:",
+        "upstream: fig3",
+        "upstream: fig33",
+        "upstream: fig33",
+        "derived_experiments.attn_markov_table2.upstream: must name an item of paper "
+        "attn_markov under experiments or derived_experiments, not 'fig33'",
+        None,
+    ),
+    "an experiment under both sections": (
+        DERIVED,
+        DERIVED,
+        DERIVED + "  attn_markov_fig4:\n    paper: attn_markov\n    item: fig4\n    title: t\n"
+        "    source: s\n    outputs: []\n    upstream: fig3\n    settings: {ci: {}, paper: {}}\n",
+        "  attn_markov_fig4:",
+        "derived_experiments.attn_markov_fig4: also defined under experiments",
+        None,
+    ),
+    "a cycle of upstreams": (
+        "  two_layer_table3:",
+        "upstream: maps",
+        "upstream: table4",
+        "upstream: table4",
+        "derived_experiments.two_layer_table3.upstream: cycle two_layer_table3 -> two_layer_table4",
+        None,
+    ),
+    "an always-written file among the outputs": (
+        FIG4,
+        "outputs: [figure.png",
+        "outputs: [metrics.json, figure.png",
+        "outputs: [metrics.json",
+        "experiments.attn_markov_fig4.outputs.0: metrics.json is always written",
+        None,
+    ),
+    "a curve of no output": (
+        FIG5,
+        "{file: curves.csv,",
+        "{file: curvez.csv,",
+        "{file: curvez.csv,",
+        "experiments.attn_markov_fig5.curves.0.file: 'curvez.csv' is not among the outputs",
+        None,
+    ),
+    "settings missing for a scale": (
+        TABLE1,
+        "      ci: {n_embd",
+        "      # ci: {n_embd",
+        "    settings:",
+        "experiments.attn_markov_table1.settings: missing for scale(s) ['ci']",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", LINED)
+def test_every_validation_error_names_its_line(tmp_path: Path, kind: str) -> None:
+    """Each kind of error in params.yaml names the line of the offending key (a missing key:
+    the line of the mapping that lacks it), as a YAML syntax error does."""
+    start, old, new, line_text, message, only = LINED[kind]
+    text = PARAMS_FILE.read_text()
+    at = text.index(start)
+    edited = text[:at] + text[at:].replace(old, new, 1)
+    assert edited != text
+    # The text before ``at`` is unchanged: the line's text is looked for from there.
+    line = edited.count("\n", 0, edited.index(line_text.strip("\n"), at)) + 1
+    path = tmp_path / "params.yaml"
+    path.write_text(edited)
+    with pytest.raises(ConfigError) as info:
+        load_params(path, only=only)
+    assert f"line {line}: {message}" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_a_value_set_by_config_is_blamed_on_the_option_without_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Snakemake hands over the working directory's params.yaml as a dict, --config values on
+    top: the file's errors have their lines there, the option's have none."""
+    text = PARAMS_FILE.read_text().replace("  threads: 1 ", "  # threads: 1 ", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    data = read_params_file(Path("params.yaml"))
+    data["classification"]["bigram_kappa_min"] = float("nan")
+    with pytest.raises(ConfigError) as info:
+        load_params(data, overrides={"classification": {"bigram_kappa_min": float("nan")}})
+    assert str(info.value) == "--config: classification.bigram_kappa_min = nan is not a valid value"
+    data["classification"]["bigram_kappa_min"] = 2.0
+    with pytest.raises(ConfigError) as info:
+        load_params(data, overrides={"classification": {"bigram_kappa_min": 2.0}})
+    runtime = next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith("runtime:"))
+    assert str(info.value).splitlines() == [
+        "params.yaml and --config: invalid parameters",
+        f"  line {runtime}: runtime.threads: missing (required) (params.yaml)",
+        "  classification.bigram_kappa_min = 2.0: Input should be less than 1 (--config)",
+    ]

@@ -46,7 +46,7 @@ def _trained_weights(learning: str, monkeypatch: pytest.MonkeyPatch) -> tuple[di
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     members = [ChainMember(binary_kernel(0.3, 0.2), binary_stationary(0.3, 0.2), s) for s in (0, 1)]
     optim = OptimConfig(lr=1e-2, weight_decay=0.1)
-    trained = train_ensemble(model, members, PLAN, optim, "control", progress=False)
+    trained = train_ensemble(model, members, PLAN, optim, "control")
     return initial, trained.model.state_dict()
 
 

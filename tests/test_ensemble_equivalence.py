@@ -29,6 +29,7 @@ from lightning_modules import (
 from replicate.markov import InContextSource, binary_kernel, binary_stationary
 from replicate.training import (
     TrainedEnsemble,
+    TrainingContext,
     TrainingPlan,
     configure_torch,
     gpt_ensemble,
@@ -101,10 +102,15 @@ CASES: dict[str, tuple[ModelFactory, list[Member], Objective, OptimConfig]] = {
 }
 
 
-def _train(case: str, members: Sequence[Member], plan: TrainingPlan = PLAN) -> TrainedEnsemble:
+def _train(
+    case: str,
+    members: Sequence[Member],
+    plan: TrainingPlan = PLAN,
+    context: TrainingContext | None = None,
+) -> TrainedEnsemble:
     factory, _, objective, optim = CASES[case]
     model = factory([m.seed for m in members])
-    return train_ensemble(model, members, plan, optim, case, objective, progress=False)
+    return train_ensemble(model, members, plan, optim, case, objective, context=context)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -136,7 +142,7 @@ def test_clipping_is_per_member_and_active() -> None:
     factory, _, objective, optim = CASES["gpt-in-context-next-token-clipped"]
     free = OptimConfig(**{**optim.__dict__, "clip_norm": None})
     model = factory([m.seed for m in members])
-    unclipped = train_ensemble(model, members, PLAN, free, "free", objective, progress=False)
+    unclipped = train_ensemble(model, members, PLAN, free, "free", objective)
     assert not np.allclose(clipped.test_loss[:, -1], unclipped.test_loss[:, -1], atol=1e-4)
 
 
@@ -160,7 +166,6 @@ def test_population_gradient_norm_and_probes_are_recorded() -> None:
         "g",
         objective,
         probes={"bias": lambda model: model.lm_head.bias.detach().numpy().copy()},
-        progress=False,
     )
     assert trained.population_grad_norm.shape == (3, 6)
     assert (trained.population_grad_floor > 0).all()
@@ -191,7 +196,6 @@ def test_initialize_hook_and_snapshots() -> None:
         plan,
         OptimConfig(lr=1e-2),
         "s",
-        progress=False,
     )
     snaps = run.module.snapshots
     assert sorted(snaps) == [0, 5, 10]
@@ -222,7 +226,7 @@ def test_orders_trained_as_one_ensemble_equal_their_own_trainings() -> None:
         "evaluation_set": {"sequences": 4, "seed": 5, "map_sequences": 2},
         "convergence": {"fraction": 0.3333, "z": 3.0, "min_drop": 0.005},
     }  # fmt: skip
-    ctx = SimpleNamespace(label=lambda text: text, progress=False)
+    ctx = SimpleNamespace(label=lambda text: text, training=TrainingContext())
     orders = [{"order": 1, "step_scale": 2.0}, {"order": 2, "step_scale": 1.0}]
     joint = train_orders(
         MapsSettings(**settings, orders=[*orders, {"order": 3, "step_scale": 2.0}]), ctx

@@ -394,6 +394,41 @@ def test_no_broken_pipe_traceback_when_the_reader_leaves() -> None:
     assert res.stderr == "" and len(res.stdout.splitlines()) == 1
 
 
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_command_run_below_the_repository_root_names_the_root(tmp_path: Path) -> None:
+    """From a subfolder every path the commands read and write (results/, logs/) would start
+    in the wrong place: the command says where to run it, exits 2 and writes nothing. A
+    parameters file named with --params is still read from anywhere."""
+    for name in ("params.yaml", "Snakefile"):
+        (tmp_path / name).write_bytes((REPO / name).read_bytes())
+    sub = tmp_path / "results" / "ci"
+    sub.mkdir(parents=True)
+    before = _snapshot(tmp_path)
+    commands = {
+        "list": [sys.executable, "-m", "replicate", "list"],
+        "check": [str(Path(sys.executable).parent / "markov-replicate"), "check", "--scale", "ci"],
+    }
+    for command in commands.values():
+        res = subprocess.run(command, cwd=sub, capture_output=True, text=True, timeout=120)
+        assert (res.returncode, res.stdout) == (2, "")
+        assert res.stderr == (
+            f"error: this command must be run from the repository root, {tmp_path} (the "
+            f"current folder, {sub}, has no params.yaml)\n"
+        )
+        assert _snapshot(tmp_path) == before
+    res = subprocess.run(
+        [*commands["list"], "--params", "../../params.yaml"],
+        cwd=sub,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and "attn_markov_fig3\t" in res.stdout, res.stderr
+
+
 def test_check_says_missing_when_claims_json_is_missing(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _write_outputs(tmp_path, _stuck(1.0))

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from replicate import plotting
 from replicate.experiments.base import RunContext
 from replicate.params import SCALES, Classification, ExperimentEntry
+from replicate.training import TrainingContext
 
 from .conftest import LAYOUT_PROBLEMS, tiny_run_of_every_experiment
 
@@ -131,7 +132,7 @@ def test_save_figure_records_problems_and_writes_the_figure(tmp_path: Path) -> N
         settings={scale: {} for scale in SCALES},
     )
     shared = Classification(bigram_kappa_min=0.9, unigram_kappa_max=0.1, unigram_kappa_min=-0.2)
-    ctx = RunContext("check", entry, "ci", tmp_path, shared, progress=False)
+    ctx = RunContext("check", entry, "ci", tmp_path, shared, TrainingContext())
     ctx.save_figure(_clean_figure(), "clean")
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.text(0.40, 0.5, "first words", transform=ax.transAxes)

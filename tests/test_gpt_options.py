@@ -14,15 +14,10 @@ from dataclasses import asdict, dataclass, fields
 import pytest
 import torch
 
-from lightning_modules.ensemble_gpt import (
-    EnsembleGPT,
-    GPTConfig,
-    LayerConfig,
-    SublayerConfig,
-    by_distance,
-    by_position,
-)
+from lightning_modules.ensemble_gpt import EnsembleGPT
+from lightning_modules.gpt_config import GPTConfig, LayerConfig, SublayerConfig
 from lightning_modules.layers import L2Norm, OneHotEmbedding
+from lightning_modules.positions import by_distance, by_position
 
 Sub = SublayerConfig
 T = 6  # block size of every model here

@@ -221,7 +221,7 @@ def test_evaluate_snapshot_uses_then_restores_parameters() -> None:
         snapshot_steps=(3,),
     )
     model = gpt_ensemble(GPTConfig(n_embd=8, block_size=16), [0], tf.initializer(["standard"], [0]))
-    trained = train_ensemble(model, members, plan, OptimConfig(), "t", progress=False)
+    trained = train_ensemble(model, members, plan, OptimConfig(), "t")
     before = trained.module.model.transformer["wpe"].weight.detach().clone()
     at_three = fig4.evaluate_snapshot(trained, 3)
     assert at_three is not None and at_three.loss[0] == pytest.approx(trained.test_loss[0, 1])

@@ -15,7 +15,13 @@ from replicate.config import load_params
 from replicate.markov import binary_kernel
 from replicate.params import ResourceRequest
 from replicate.plan import ExperimentCost
-from replicate.training import TrainingPlan, calibrating, gpt_ensemble, train_ensemble
+from replicate.training import (
+    Calibration,
+    TrainingContext,
+    TrainingPlan,
+    gpt_ensemble,
+    train_ensemble,
+)
 
 from .conftest import TINY_TRAINING, shrink
 
@@ -26,16 +32,16 @@ def _tiny_params(tmp_path: Path, params_dict: dict) -> Path:
     return path
 
 
-def test_calibrating_trains_a_few_steps_and_records_the_planned_size() -> None:
+def test_a_calibration_trains_a_few_steps_and_records_the_planned_size() -> None:
     members = [ChainMember(binary_kernel(0.2, 0.3), np.array([0.6, 0.4]), s) for s in (0, 1, 2)]
     model = gpt_ensemble(GPTConfig(vocab_size=2, n_embd=8, block_size=16), [0, 1, 2])
     training = TrainingPlan(
         steps=500, batch_size=4, seq_len=16, eval_every=7, test_sequences=8, test_seed=1
     )
-    with calibrating(5) as costs:
-        trained = train_ensemble(
-            model, members, training, OptimConfig(lr=1e-3), "c", progress=False
-        )
+    calibration = Calibration(5)
+    context = TrainingContext(calibration=calibration)
+    trained = train_ensemble(model, members, training, OptimConfig(lr=1e-3), "c", context=context)
+    costs = calibration.costs
     assert trained.eval_steps.tolist() == [0, 5]  # cut to 5 steps, evaluated first and last
     (cost,) = costs
     assert (cost.members, cost.steps, cost.eval_every) == (3, 500, 7)

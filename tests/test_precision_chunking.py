@@ -9,32 +9,32 @@ import numpy as np
 import pytest
 import torch
 
-from replicate.chunking import chunk_bounds, members_that_fit, select_members
+from replicate.params import Precision
 from replicate.training import (
     DeviceSettings,
     TrainedEnsemble,
+    TrainingContext,
     TrainingPlan,
     configure_torch,
     gpt_ensemble,
     train_ensemble,
 )
+from replicate.training.chunking import chunk_bounds, members_that_fit, select_members
 from tests.test_ensemble_equivalence import CASES, PLAN, _member, _train
 
 PROBED = TrainingPlan(**{**PLAN.__dict__, "snapshot_steps": (0, 10, 25)})
 
 
 @pytest.fixture(autouse=True)
-def _default_device_settings() -> Iterator[None]:
+def _one_thread() -> Iterator[None]:
     configure_torch(1)
     yield
-    configure_torch(1)
 
 
-def _tied_gpt(chunk: int | None, precision: str = "32-true") -> TrainedEnsemble:
+def _tied_gpt(chunk: int | None, precision: Precision = "32-true") -> TrainedEnsemble:
     """Three tied GPT members on two chains with a probe and snapshots."""
     from lightning_modules import GPTConfig, OptimConfig
 
-    configure_torch(1, precision=precision, max_members_per_chunk=chunk)  # type: ignore[arg-type]
     members = [_member(0.5, 0.8, 0), _member(0.2, 0.3, 1), _member(0.5, 0.8, 2)]
     model = gpt_ensemble(GPTConfig(block_size=PLAN.seq_len, tied=True), [0, 1, 2])
     return train_ensemble(
@@ -44,7 +44,7 @@ def _tied_gpt(chunk: int | None, precision: str = "32-true") -> TrainedEnsemble:
         OptimConfig(lr=1e-2),
         "tied",
         probes={"bias": lambda m: m.lm_head.bias.detach().cpu().numpy().copy()},
-        progress=False,
+        context=TrainingContext(DeviceSettings(precision, chunk)),
     )
 
 
@@ -85,8 +85,9 @@ def test_tied_gpt_in_chunks_equals_unchunked(chunk: int, capsys: pytest.CaptureF
 def test_other_models_in_chunks_equal_unchunked(case: str, capsys: pytest.CaptureFixture) -> None:
     members = CASES[case][1]
     whole = _train(case, members)
-    configure_torch(1, max_members_per_chunk=2)
-    chunked = _train(case, members)
+    chunked = _train(
+        case, members, context=TrainingContext(DeviceSettings(max_members_per_chunk=2))
+    )
     assert "3 members in 2 chunks of at most 2" in capsys.readouterr().err
     _assert_same(chunked, whole)
 
@@ -129,8 +130,8 @@ def test_automatic_chunks_on_cuda_are_sized_from_one_members_batch(
     not check) and measured, and the chunk holds the members whose measured bytes fit in
     `memory_fraction` of the free memory. (A stream missing from `STREAMS` stops every
     paper-scale training on a GPU.)"""
-    import replicate.training as training
-    from lightning_modules import GPTConfig, NextTokenCE
+    import replicate.training.trainer as training
+    from lightning_modules import GPTConfig, NextTokenCE, OptimConfig
 
     measured: list[tuple[int, ...]] = []
 
@@ -144,7 +145,8 @@ def test_automatic_chunks_on_cuda_are_sized_from_one_members_batch(
     members = [_member(0.5, 0.8, s) for s in range(40)]
     model = gpt_ensemble(GPTConfig(block_size=PLAN.seq_len), [m.seed for m in members])
     plan = TrainingPlan(**{**PLAN.__dict__, "gradset_sequences": 4 * PLAN.batch_size * 8})
-    per_chunk = training._members_per_chunk(model, members, plan, NextTokenCE())
+    run = training._Run(plan, OptimConfig(), NextTokenCE(), None, TrainingContext())
+    per_chunk = training._members_per_chunk(model, members, run)
     assert per_chunk == members_that_fit(3e9, 70e9, DeviceSettings().memory_fraction) == 18
     rows = max(plan.batch_size, plan.gradset_sequences // plan.gradset_chunks)
     assert measured == [(1, rows, plan.seq_len + NextTokenCE().extra_tokens())]

@@ -4,7 +4,8 @@ Paper A's Fig. 3 at a small scale trains two ensembles (tied, untied) one after 
 The run is killed while the second one is part-way, with the first one finished: the rerun
 must restore the first from its final checkpoint, resume the second from its latest one, and
 write exactly the bytes of an uninterrupted run without checkpoints; the checkpoints are
-then removed.
+then removed. Both are Lightning's own: ``ModelCheckpoint(save_last=True)`` writes each
+training's ``last.ckpt``, ``fit(ckpt_path="last")`` resumes from it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from .conftest import PARAMS_FILE, params_with_claims, repository_claims
@@ -61,7 +63,11 @@ def _run(cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _step(path: Path) -> int:
-    return int(path.stem.removeprefix("step"))
+    """The training step a checkpoint holds (0 while it cannot be read yet)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+    except (OSError, RuntimeError, EOFError, KeyError):
+        return 0
 
 
 def _kill_mid_second_training(cwd: Path) -> None:
@@ -73,7 +79,7 @@ def _kill_mid_second_training(cwd: Path) -> None:
     deadline = time.monotonic() + 900
     try:
         while time.monotonic() < deadline:
-            second = checkpoints.glob("001-*/step*.ckpt")
+            second = checkpoints.glob("001-*/last.ckpt")
             if any(0 < _step(p) < TRAINING["steps"] for p in second):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
@@ -104,15 +110,16 @@ def test_killed_run_resumes_to_identical_outputs(tmp_path: Path) -> None:
     work = _workspace(tmp_path / "killed", checkpoint_every=CHECKPOINT_EVERY)
     _kill_mid_second_training(work)
     folders = sorted((work / "checkpoints" / EXPERIMENT).iterdir())
-    first = [_step(p) for p in folders[0].glob("step*.ckpt")]
-    second = [_step(p) for p in folders[1].glob("step*.ckpt")]
-    assert first == [TRAINING["steps"]], "the finished training keeps only its final checkpoint"
-    assert len(second) == 1 and 0 < second[0] < TRAINING["steps"]
+    assert [p.name for p in folders[0].iterdir()] == ["last.ckpt"]
+    assert [p.name for p in folders[1].iterdir()] == ["last.ckpt"]
+    first, second = (_step(folder / "last.ckpt") for folder in folders)
+    assert first == TRAINING["steps"], "the finished training keeps its final checkpoint"
+    assert 0 < second < TRAINING["steps"]
     assert not (work / "results" / "ci" / "attn_markov" / "fig3" / "metrics.json").exists()
 
     rerun = _run(work)
-    for folder, step in ((folders[0], TRAINING["steps"]), (folders[1], second[0])):
-        checkpoint = folder.relative_to(work) / f"step{step:09d}.ckpt"
+    for folder in folders:
+        checkpoint = folder.relative_to(work) / "last.ckpt"
         assert f"resuming from checkpoint {checkpoint}" in rerun.stderr, rerun.stderr[-2000:]
     assert not (work / "checkpoints" / EXPERIMENT).exists(), "checkpoints outlived the outputs"
 

@@ -176,9 +176,12 @@ def test_a_bad_config_value_is_blamed_on_the_option(built: Path) -> None:
     assert res.returncode == 0 and "--scale paper run attn_markov_table1" in res.stdout
 
 
-def test_a_missing_key_is_named_without_its_mapping() -> None:
+def test_a_missing_key_is_named_without_its_mapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = read_params_file(PARAMS_FILE)
     del data["runtime"]["threads"]
+    monkeypatch.chdir(tmp_path)  # no params.yaml here to take a line from
     with pytest.raises(ConfigError) as error:
         load_params(data)
     assert str(error.value).splitlines() == [

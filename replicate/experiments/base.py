@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -16,20 +17,25 @@ from matplotlib.figure import Figure
 from replicate import io
 from replicate.params import Classification, ExperimentEntry
 
+if TYPE_CHECKING:
+    from replicate.training import TrainingContext
+
 Metrics = dict[str, float]
 CHECKPOINT_DIR = Path("checkpoints")
 
 
 @dataclass
 class RunContext:
-    """Where and how one experiment writes, plus the shared run-classification thresholds."""
+    """Where and how one experiment writes, the shared run-classification thresholds, and
+    what its trainings take from outside their settings (``training``, handed to every
+    `replicate.training.train_ensemble` call)."""
 
     name: str
     entry: ExperimentEntry
     scale: str
     out_dir: Path
     shared: Classification
-    progress: bool = True
+    training: TrainingContext
     written: list[str] = field(default_factory=list)
     read: set[str] = field(default_factory=set)
     layout_problems: list[str] = field(default_factory=list)

@@ -29,7 +29,13 @@ from replicate.provenance import (
     recorded_inputs,
 )
 from replicate.sources import experiment_digest
-from replicate.training import checkpointing, configure_torch
+from replicate.training import (
+    Calibration,
+    CheckpointScope,
+    DeviceSettings,
+    TrainingContext,
+    configure_torch,
+)
 
 CHECKPOINT_DIR = Path("checkpoints")
 
@@ -57,34 +63,46 @@ def _check_metrics(name: str, metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 def run_experiment(
-    name: str, params: Params, root: Path = Path("."), progress: bool = True
+    name: str,
+    params: Params,
+    root: Path = Path("."),
+    progress: bool = True,
+    calibration: Calibration | None = None,
 ) -> Metrics:
-    """Run experiment ``name`` at the params' scale; write its outputs under ``root``."""
-    return run_in_context(name, params, root, progress)[0]
+    """Run experiment ``name`` at the params' scale; write its outputs under ``root``. With
+    ``calibration``, every training is cut short to measure its cost (`replicate.plan`)."""
+    return run_in_context(name, params, root, progress, calibration)[0]
 
 
 def run_in_context(
-    name: str, params: Params, root: Path = Path("."), progress: bool = True
+    name: str,
+    params: Params,
+    root: Path = Path("."),
+    progress: bool = True,
+    calibration: Calibration | None = None,
 ) -> tuple[Metrics, RunContext]:
     """`run_experiment`, also returning the run's context: what it wrote and read, and the
     layout problems of its figures (`RunContext.layout_problems`, also printed)."""
     entry = params.experiment(name)
-    settings = params.settings(name)
     runtime = params.raw.runtime
-    configure_torch(runtime.threads, runtime.precision, runtime.max_members_per_chunk)
+    configure_torch(runtime.threads)
+    checkpoints = root / CHECKPOINT_DIR / name
     ctx = RunContext(
         name=name,
         entry=entry,
         scale=params.scale,
         out_dir=root / params.directory(name),
         shared=params.raw.classification,
-        progress=progress,
+        training=TrainingContext(
+            device=DeviceSettings(runtime.precision, runtime.max_members_per_chunk),
+            checkpoints=CheckpointScope(checkpoints, params.checkpoint_every),
+            calibration=calibration,
+            progress=progress,
+        ),
     )
     io.remove_stale_temps(ctx.out_dir, recursive=True)  # left by a run killed mid-write
-    checkpoints = root / CHECKPOINT_DIR / name
     started = time.perf_counter()
-    with checkpointing(checkpoints, params.checkpoint_every):
-        metrics = _check_metrics(name, REGISTRY[name].run(settings, ctx))
+    metrics = _check_metrics(name, REGISTRY[name].run(params.settings(name), ctx))
     elapsed = time.perf_counter() - started
     if sorted(ctx.written) != sorted(entry.outputs):
         raise RuntimeError(

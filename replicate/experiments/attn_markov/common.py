@@ -131,7 +131,7 @@ def train_and_fit(
         training_plan(training),
         OptimConfig(**optim.model_dump()),
         label=ctx.label(f"{detail}{tying} ({len(members)} models)"),
-        progress=ctx.progress,
+        context=ctx.training,
     )
     final = trained.evaluate()
     cls = ctx.classification

@@ -78,7 +78,7 @@ def train_canonical(s: CanonicalSGDSettings, ctx: RunContext) -> TrainedEnsemble
         ctx.label(f"canonical SGD ({len(members)} runs)"),
         objective=BinaryLogitCE(),
         probes={"theta": _parameters},
-        progress=ctx.progress,
+        context=ctx.training,
     )
 
 

@@ -104,7 +104,7 @@ def train(s: Fig4Settings, members: list[Member], ctx: RunContext) -> TrainedEns
         plan,
         OptimConfig(**s.optim.model_dump()),
         label=ctx.label(f"inits ({len(members)} models)"),
-        progress=ctx.progress,
+        context=ctx.training,
     )
 
 

@@ -101,7 +101,7 @@ def train_low_rank(
         plan,
         OptimConfig(**s.optim.model_dump()),
         label=ctx.label(f"{recipe} init ({len(members)} models)"),
-        progress=ctx.progress,
+        context=ctx.training,
     )
     oracles = [analysis.oracle_losses(trained.test_tokens[i], kernel) for i in range(len(members))]
     return LowRankRun(

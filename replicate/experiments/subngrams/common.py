@@ -24,7 +24,7 @@ from replicate.analysis.kgram import kgram_estimate, paper_c_kgram_lags
 from replicate.experiments.base import RunContext
 from replicate.markov.incontext import InContextSource
 from replicate.settings import PositiveInt, Strict
-from replicate.training import TrainedEnsemble, TrainingPlan, train_ensemble
+from replicate.training import TrainedEnsemble, TrainingContext, TrainingPlan, train_ensemble
 
 
 class ChainSettings(Strict):
@@ -217,15 +217,13 @@ def train(
     objective: LastTokenLawCE,
     probes: Mapping[str, Probe],
     label: str,
-    progress: bool,
+    context: TrainingContext,
 ) -> TrainedEnsemble:
     """Train one ensemble member per seed on fresh in-context batches (paper C, Sec. 2.1;
     a new batch each step is ours)."""
     plan = TrainingPlan(**training.model_dump())
     members = [Member(chain.source, seed) for seed in seeds]
-    return train_ensemble(
-        model, members, plan, optim.config, label, objective, probes, progress=progress
-    )
+    return train_ensemble(model, members, plan, optim.config, label, objective, probes, context)
 
 
 def curves_frame(seeds: Sequence[int], steps: np.ndarray, **series: np.ndarray) -> pd.DataFrame:
@@ -262,7 +260,7 @@ def train_simplified(
     model.init_members(seeds)
     objective = LastTokenLawCE(eps=eps)
     label = ctx.label(f"{len(seeds)} seeds")
-    return train(model, chain, seeds, training, optim, objective, probes, label, ctx.progress)
+    return train(model, chain, seeds, training, optim, objective, probes, label, ctx.training)
 
 
 def seed_column(per_seed: Iterable[Mapping[str, float]], key: str) -> np.ndarray:

@@ -131,7 +131,7 @@ def train_general(
         LastTokenLawCE(eps=eps, output="logits"),
         probe,
         ctx.label(f"{embedding} embedding, {len(seeds)} seeds"),
-        ctx.progress,
+        ctx.training,
     )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lightning_modules.ensemble_gpt import GPTConfig, LayerConfig
+from lightning_modules.gpt_config import GPTConfig, LayerConfig
 from lightning_modules.measures import Probe
 from replicate.experiments.subngrams.stages import masses_of
 

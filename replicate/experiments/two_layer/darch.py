@@ -26,7 +26,8 @@ import torch
 from pydantic import Field
 
 from lightning_modules import Member, NextTokenCE, OptimConfig
-from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+from lightning_modules.ensemble_gpt import EnsembleGPT
+from lightning_modules.gpt_config import GPTConfig, LayerConfig, SublayerConfig
 from replicate.analysis import kgram_estimate, match_matrix, next_token_nll, order_lags
 from replicate.experiments.base import RunContext
 from replicate.markov import InContextSource
@@ -125,7 +126,7 @@ def train_darch(
         optim_config(optim),
         ctx.label(label),
         objective=NextTokenCE(),
-        progress=ctx.progress,
+        context=ctx.training,
     )
 
 

@@ -22,7 +22,6 @@ from pydantic import Field
 
 from replicate import plotting
 from replicate.analysis import kgram_estimate, next_token_nll, order_lags, still_falling
-from replicate.chunking import select_members
 from replicate.experiments import hyperparameter_tables as hp
 from replicate.experiments.base import Metrics, RunContext
 from replicate.experiments.two_layer import plots
@@ -39,6 +38,7 @@ from replicate.experiments.two_layer.darch import (
 from replicate.experiments.two_layer.statistics import MapStats, layer1_checks, map_stats
 from replicate.markov import InContextSource
 from replicate.settings import PositiveInt, Strict, TrainingSettings
+from replicate.training.chunking import select_members
 
 
 class OrderRun(Strict):

@@ -41,7 +41,8 @@ from typing import Literal
 
 import torch
 
-from lightning_modules.ensemble_gpt import EnsembleGPT, GPTConfig, LayerConfig, SublayerConfig
+from lightning_modules.ensemble_gpt import EnsembleGPT
+from lightning_modules.gpt_config import GPTConfig, LayerConfig, SublayerConfig
 
 Construction = Literal["2l2h", "2l1h", "3l1h", "ungated"]
 CONSTRUCTIONS: tuple[Construction, ...] = ("2l2h", "2l1h", "3l1h", "ungated")
