@@ -58,12 +58,13 @@ def git(root: Path, *args: str) -> str:
     return result.stdout
 
 
-def clean_commit(root: Path, recorded: Path) -> str:
+def clean_commit(root: Path, *recorded: Path) -> str:
     """HEAD's short hash; RefusedRecording when the working tree has changes (to tracked
     files, or untracked files) besides `RECORDED_ELSEWHERE`, the verdict summaries and
-    ``recorded`` (the file the caller writes): the commit would not be the code that ran."""
+    ``recorded`` (the files the caller writes): the commit would not be the code that ran."""
     git(root, "rev-parse", "--is-inside-work-tree")
-    allowed = {*RECORDED_ELSEWHERE, str(recorded.resolve().relative_to(root.resolve()))}
+    written = {str(path.resolve().relative_to(root.resolve())) for path in recorded}
+    allowed = {*RECORDED_ELSEWHERE, *written}
     changed = [line[3:] for line in git(root, "status", "--porcelain").splitlines() if line[3:]]
     summaries = tuple(f"{verdicts.ClaimsOutputs(s).verdicts_dir}/" for s in SCALES)
     dirty = [p for p in changed if p not in allowed and not p.startswith(summaries)]

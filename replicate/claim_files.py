@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from replicate import io
+from replicate import io, metric_keys
 from replicate.config import read_yaml_file
 from replicate.control_record import CONTROLS_FILE, read_controls
 from replicate.params import PAPERS, SCALES, ConfigError, Params, Scale, format_errors
@@ -478,7 +478,8 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
     """Every paper's claims file in ``params.claims_dir`` and the recordings beside them.
 
     A paper without a file has no claims. A file that is no paper's, a claim naming an
-    experiment of another paper or none, a duplicate id, an ``implied_by`` naming no claim of
+    experiment of another paper or none, a metric key its experiment does not write
+    (`replicate.metric_keys`), a duplicate id, an ``implied_by`` naming no claim of
     the same paper (or one implied itself), a recording of no claim and a ``cpu_dependent``
     the stability record does not back are ConfigErrors naming the file and the claim's id
     (``prune``: such a recording is left out instead, for `expect --prune` to write the rest
@@ -490,7 +491,7 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
             f"params.yaml: claims_dir = {params.raw.claims_dir!r}: {folder} is not a folder"
         )
     known = {claims_file(folder, p).name for p in PAPERS}
-    known |= {RECORDED_FILE, STABILITY_FILE, CONTROLS_FILE}
+    known |= {RECORDED_FILE, STABILITY_FILE, CONTROLS_FILE, metric_keys.KEYS_FILE}
     strays = sorted(p.name for p in folder.iterdir() if p.suffix in {".yaml", ".yml", ".json"})
     strays = [name for name in strays if name not in known]
     if strays:
@@ -512,6 +513,7 @@ def load_claims(params: Params, prune: bool = False) -> ClaimSet:
             where[claim.id] = path
             claims.append(claim)
     _check_implications(claims, where)
+    metric_keys.check(claims, where, metric_keys.written_keys(params))
     recorded: dict[str, dict[str, Recording]] = {}
     path = recorded_file(folder)
     if path.exists():

@@ -4,9 +4,11 @@ A person sets a claim's expected verdict and its reason in ``claims/<paper>.yaml
 records what the harness measured for it at the active scale, in ``claims/recorded.json``
 (`replicate.claim_files`): the verdict (the expected one, which the measurement gives), the
 measured value, how it was measured (per-seed values and the interval where the claim has
-them, and the device), the commit and the UTC date. Nothing else writes that file, and no
-person should. When the person later expects another verdict, the recording no longer backs
-the expectation (the report says so) until this records it again.
+them, and the device), the commit and the UTC date; and the metric keys each current
+experiment writes, in ``claims/metric_keys.json`` (`replicate.metric_keys`). Nothing else
+writes these files, and no person should. When the person later expects another verdict,
+the recording no longer backs the expectation (the report says so) until this records it
+again.
 
 It records only what the commit it names produced. It refuses, naming each claim or file:
 - a working tree with changes to tracked files or untracked files (`git status`), other than
@@ -26,7 +28,7 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicate import claims, io
+from replicate import claims, io, metric_keys
 from replicate.checkout import RefusedRecording, clean_commit, current_experiments
 from replicate.citations import cited_keys
 from replicate.claim_files import Claim, Recording, load_claims, recorded_file, write_recorded
@@ -110,7 +112,8 @@ def expect(
             "replaces it: delete that basis first"
         )
     chosen = [c for c in chosen if c.id not in written]
-    commit = clean_commit(root, recorded_file(params.claims_dir))
+    keys_path = metric_keys.keys_file(params.claims_dir)
+    commit = clean_commit(root, recorded_file(params.claims_dir), keys_path)
     stale = sorted({c.experiment for c in chosen} - set(current_experiments(params, root)))
     if stale:
         raise RefusedRecording(
@@ -136,4 +139,15 @@ def expect(
             cited=cited[claim.id][0],
         )
     path = write_recorded(params.claims_dir, recorded)
+    _record_keys(params, root, keys_path)
     return Recorded([c.id for c in chosen], commit, written, path)
+
+
+def _record_keys(params: Params, root: Path, path: Path) -> None:
+    """Record the metric keys of every experiment whose outputs are current at this scale
+    in ``path`` (`replicate.metric_keys`), keeping the other scales' and experiments'."""
+    scales = metric_keys.read_recorded(path)
+    at_scale = scales.setdefault(params.scale, {})
+    for name in current_experiments(params, root):
+        at_scale[name] = list(io.read_json_object(root / params.directory(name) / METRICS_FILE))
+    metric_keys.write_recorded(path, scales)

@@ -16,6 +16,7 @@ from replicate.citations import cited_keys, cited_value_text, render
 from replicate.claim_files import load_claims
 from replicate.config import load_params
 from replicate.expect import expect
+from replicate.params import ConfigError
 
 from .test_claim_files import _git, project  # noqa: F401  (the fixture)
 from .test_claims import CLAIM_ID
@@ -53,7 +54,13 @@ def test_expect_records_the_cited_values_and_refuses_an_absent_key(project: Path
     (claim,) = load_claims(params).claims
     recording = load_claims(params).recorded[CLAIM_ID]["ci"]
     assert render(claim.note or "", recording.cited) == "seed 0 is in class -1"
+    keys = json.loads((root / "claims/metric_keys.json").read_text())["scales"]["ci"]
+    assert "p0.5_q0.8/tied/seed0/class" in keys["attn_markov_fig3"]
     _cite(project, "seed 7: [[p0.5_q0.8/tied/seed7/class]]")
+    # the experiment's keys are recorded now: the claim is refused as soon as it loads
+    with pytest.raises(ConfigError, match=r"'p0.5_q0.8/tied/seed7/class' is no metric"):
+        expect(params, [CLAIM_ID], root)
+    (root / "claims/metric_keys.json").unlink()  # not recorded: `expect` itself refuses it
     with pytest.raises(RefusedRecording, match=r"cites p0.5_q0.8/tied/seed7/class, which"):
         expect(params, [CLAIM_ID], root)
 
