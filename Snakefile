@@ -44,6 +44,33 @@ def interrupt_jobs(signum, frame):
 
 signal.signal(signal.SIGINT, interrupt_jobs)
 
+
+def live_runs_here():
+    """The process ids of the other Snakemake runs whose working folder is this one (not
+    this process or its parents: a `dvc repro` starting Snakemake)."""
+    here = Path.cwd().resolve()
+    mine = {p.pid for p in (psutil.Process(), *psutil.Process().parents())}
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        command, cwd = proc.info["cmdline"] or [], proc.info["cwd"]
+        if proc.info["pid"] in mine or cwd is None:
+            continue
+        if any(Path(arg).name == "snakemake" for arg in command[:3]) and Path(cwd) == here:
+            found.append(proc.info["pid"])
+    return found
+
+
+# Snakemake's own message when another run holds the lock ends with `--unlock`, which, while
+# that run is alive, lets two runs write the same outputs: say which run it is.
+LIVE = live_runs_here()
+if LIVE:
+    print(
+        f"note: another Snakemake run is live in this folder (pid {', '.join(map(str, LIVE))}). "
+        "If this run is refused the directory's lock, that run holds it: wait for it to end or "
+        "stop it; `--unlock` would let both write the same outputs.",
+        file=sys.stderr,
+    )
+
 # params.yaml is read by the project's loader, not by `configfile:` (which would accept a key
 # given twice and report a syntax error without its line). Snakemake starts `config` with the
 # --config values; they go on top of the file's, as `configfile:` would put them.

@@ -152,6 +152,28 @@ def test_a_key_given_twice_stops_snakemake_naming_both_lines(built: Path) -> Non
     )
 
 
+def test_a_live_run_in_the_folder_is_named_before_snakemake_advises_unlock(
+    built: Path, tmp_path: Path
+) -> None:
+    """Snakemake refusing its lock advises `--unlock`, which, while the run holding the lock
+    is alive, lets two runs write the same outputs: a run started in a folder where another
+    Snakemake process works names that process first. (A stand-in named snakemake plays the
+    live run.)"""
+    stand_in = tmp_path / "snakemake"
+    stand_in.write_text("import time\ntime.sleep(300)\n")
+    live = subprocess.Popen([sys.executable, str(stand_in)], cwd=built)
+    try:
+        res = snakemake(built, "-n", "attn_markov_table1")
+    finally:
+        live.kill()
+        live.wait()
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"note: another Snakemake run is live in this folder (pid {live.pid})." in res.stderr
+    assert "`--unlock` would let both write the same outputs" in res.stderr
+    alone = snakemake(built, "-n", "attn_markov_table1")
+    assert alone.returncode == 0 and "another Snakemake run" not in alone.stderr
+
+
 def test_a_yaml_syntax_error_seen_by_snakemake_has_its_line(built: Path) -> None:
     path = built / "params.yaml"
     lines = path.read_text().splitlines()
