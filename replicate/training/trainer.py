@@ -67,13 +67,12 @@ def train_ensemble(
 
     Member i trains on data drawn from ``members[i].source`` with ``members[i].seed``;
     one Trainer, one progress bar (``context.progress``; no context: the defaults of
-    `TrainingContext`). ``plan.snapshot_steps`` keeps
-    parameter copies in ``module.snapshots``. With ``context.checkpoints``, training is
-    saved every so many steps and resumed from the latest save of the same training (same
-    weights, data, plan). Where ``context.device`` asks for chunks of fewer members, the
-    chunks train one after the other and their results are joined in member order
-    (`_train_in_chunks`); with ``context.calibration``, the training is cut short and its
-    cost recorded.
+    `TrainingContext`). ``plan.snapshot_steps`` keeps parameter copies in
+    ``module.snapshots``. With ``context.checkpoints``, training is saved every so many
+    steps and resumed from the latest save of the same training (same weights, data, plan).
+    Where ``context.device`` asks for chunks of fewer members, the chunks train one after
+    the other and their results are joined in member order (`_train_in_chunks`); with
+    ``context.calibration``, the training is cut short and its cost recorded.
     """
     from lightning_modules import NextTokenCE
 
