@@ -33,7 +33,7 @@ from replicate.checkout import RefusedRecording, clean_commit, current_experimen
 from replicate.citations import cited_keys
 from replicate.claim_files import Claim, Recording, load_claims, recorded_file, write_recorded
 from replicate.params import METRICS_FILE, PROVENANCE_FILE, ConfigError, Params
-from replicate.report import value_text
+from replicate.report import seeds_text, value_text
 from replicate.verdicts import ClaimRecord
 
 
@@ -55,15 +55,12 @@ def _device(params: Params, experiment: str, root: Path) -> str:
 
 
 def describe(record: ClaimRecord, device: str) -> str:
-    """The recorded basis: value, per-seed values and interval (seed range or 95 %
-    seed-bootstrap, `replicate.claims.seed_interval`) where the claim has them."""
+    """The recorded basis: value, and per-seed verdicts and values with the interval (seed
+    range or 95 % seed-bootstrap, `replicate.claims.seed_interval`) where the claim has
+    them, as the report writes them (`replicate.report.seeds_text`)."""
     text = f"measured at {record.scale} scale on {device}: {value_text(record.measured, record)}"
     if record.interval is not None:
-        seeds = ", ".join(
-            f"seed {s}: {value_text(v, record)}" for s, v in record.seed_values.items()
-        )
-        lo, hi = (value_text(end, record) for end in record.interval)
-        text += f"; per seed: {seeds}; {record.interval_kind} [{lo}, {hi}]"
+        text += f"; per seed: {seeds_text(record)}"
     return text
 
 

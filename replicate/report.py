@@ -327,9 +327,10 @@ INTERVAL_LABELS = {SEED_RANGE: "range", SEED_BOOTSTRAP: "95% bootstrap"}
 """How a claim's interval is labelled in its table cell, by `ClaimRecord.interval_kind`."""
 
 
-def _seeds(r: ClaimRecord) -> str:
+def seeds_text(r: ClaimRecord) -> str:
     """Per-seed verdicts and values, and the seed range or seed-bootstrap interval, or — for
-    one-off claims."""
+    one-off claims: the one text of them, in the report's tables and in the basis that
+    `replicate.expect` records."""
     if r.interval is None:
         return "—"
     per_seed = " ".join(
@@ -349,7 +350,7 @@ def _claims_table(records: list[ClaimRecord]) -> list[str]:
     for r in records:
         lines.append(
             f"| `{r.id}` | {r.provenance} | {_cell(r.figure)} | {_cell(r.statement)} "
-            f"| {value_text(r.measured, r)} | {condition(r)} | {_seeds(r)} "
+            f"| {value_text(r.measured, r)} | {condition(r)} | {seeds_text(r)} "
             f"| **{r.verdict}** | {_control(r)} | {_cell(_expected(r))} "
             f"| {_cell(other_scale_text(r))} "
             f"| {_status(r)} |"
