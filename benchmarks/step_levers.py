@@ -1,0 +1,176 @@
+"""Speed levers that change a training's bits, measured side by side on one model step
+(printed, never asserted): what each would gain before anyone pays for the stability check
+that admitting it needs (docs/performance.md, "Levers measured").
+
+Two models at their ci shapes, each an ensemble of six as trained: paper D's two-layer
+D-arch of `two_layer_maps` (relative positions, the App. B.1 MLP; E = 6, B = 64, N = 32,
+d = 32) and paper A's one-layer theory model of `attn_markov_fig3` (E = 6, B = 16,
+N = 128, d = 4, head size 4). One step is the forward pass with the next-token
+cross-entropy, the backward pass and AdamW's update (the experiments' groups: weight decay
+1e-3 on the linear weights only, betas (0.9, 0.95)), timed as:
+
+- ``as trained``: float32, AdamW's default (for-each) update: what the experiments run;
+- ``fused AdamW``: the same update by one fused kernel (``torch.optim.AdamW(fused=True)``);
+- ``bf16 autocast``: the forward under ``torch.autocast(dtype=torch.bfloat16)`` (what
+  ``runtime.precision: bf16-mixed`` does), weights and update in float32;
+- ``torch.compile`` (with ``--compile``): the forward and loss compiled by Inductor (it
+  needs a C compiler; its compile time is printed apart, once per model shape).
+
+Each variant runs from the same initial weights and batch; rounds alternate between the
+variants (a shared machine drifts) and the fastest round is kept. "same loss" says whether
+the variant's loss after the timed steps equals the as-trained one to the last bit.
+
+And one sampler lever: the Dirichlet(1) kernels of paper C's Fig. 4 and of every paper D
+source (`replicate.markov.incontext.draw_kernels`, Marsaglia-Tsang rejection in log space)
+against the exact one-draw form Gamma(1) = -log(1 - U) (an exponential variate), the same
+law from another stream; the rows' mean and variance against Dirichlet(1)'s, 1/S and
+(S - 1) / (S^2 (S + 1)), say that the candidate draws that law.
+
+    python benchmarks/step_levers.py [--steps 20] [--rounds 3] [--compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from lightning_modules import GPTConfig
+from lightning_modules.ensemble_gpt import EnsembleGPT
+from replicate.experiments.two_layer.darch import darch_config
+from replicate.markov import draw_kernels
+
+Step = Callable[[], torch.Tensor]
+ENSEMBLE = 6
+
+
+def paper_d() -> tuple[GPTConfig, tuple[int, int]]:
+    """`two_layer_maps`' ci model (params.yaml: n_embd 32, value_rpe, mlp app_b1) and batch."""
+    arch = SimpleNamespace(n_embd=32, value_rpe=True, mlp="app_b1", tied=False, init_std=0.02)
+    return darch_config(arch, states=2, seq_len=32, layers=2), (64, 32)
+
+
+def paper_a() -> tuple[GPTConfig, tuple[int, int]]:
+    """`attn_markov_fig3`'s ci model (params.yaml: theory variant, d = 4, tied) and batch."""
+    cfg = GPTConfig(
+        vocab_size=2, block_size=128, tied=True, variant="theory", activation="relu",
+        n_embd=4, n_layer=1, n_head=1, mlp_ratio=4, init_std=0.02,
+    )  # fmt: skip
+    return cfg, (16, 128)
+
+
+def make_step(cfg: GPTConfig, batch: tuple[int, int], variant: str) -> Step:
+    """One training step of a fresh ensemble (seeds 0..5) on a fixed batch, as ``variant``."""
+    model = EnsembleGPT(cfg, ENSEMBLE)
+    model.init_members(list(range(ENSEMBLE)))
+    tokens = torch.randint(0, cfg.vocab_size, (ENSEMBLE, batch[0], batch[1] + 1),
+                           generator=torch.Generator().manual_seed(0))  # fmt: skip
+    decay, no_decay = model.decay_parameters()
+    groups = [{"params": decay, "weight_decay": 1e-3}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), fused=variant == "fused AdamW")
+
+    def loss_of(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "bf16 autocast"):
+            logits = model(x[..., :-1])
+        return F.cross_entropy(logits.float().flatten(0, -2), x[..., 1:].flatten())
+
+    loss_fn = torch.compile(loss_of) if variant == "torch.compile" else loss_of
+
+    def step() -> torch.Tensor:
+        loss = loss_fn(tokens)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    return step
+
+
+def measure(name: str, cfg: GPTConfig, batch: tuple[int, int], variants: list[str],
+            steps: int, rounds: int) -> None:  # fmt: skip
+    """Print each variant's ms per step, its ratio to ``as trained`` and whether its loss
+    after the timed steps is bit-identical."""
+    runs: dict[str, Step] = {}
+    for variant in variants:
+        start = time.perf_counter()
+        runs[variant] = make_step(cfg, batch, variant)
+        runs[variant]()  # warm-up (and, compiled, the compilation)
+        if variant == "torch.compile":
+            print(f"  {name}: torch.compile's first step {time.perf_counter() - start:.1f} s")
+    best = dict.fromkeys(variants, float("inf"))
+    losses: dict[str, torch.Tensor] = {}
+    for _ in range(rounds):
+        for variant, step in runs.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                losses[variant] = step()
+            best[variant] = min(best[variant], (time.perf_counter() - start) / steps * 1e3)
+    base = best["as trained"]
+    for variant in variants:
+        same = torch.equal(losses[variant], losses["as trained"])
+        print(f"{name:<34} {variant:<15} {best[variant]:8.2f} ms {base / best[variant]:8.2f}x"
+              f"   same loss: {same}")  # fmt: skip
+
+
+def exponential_kernels(shape: tuple[int, int, int], generator: torch.Generator) -> torch.Tensor:
+    """The candidate: rows of Gamma(1) = -log(1 - U) variates over their sums (Dirichlet(1))."""
+    gamma = torch.rand(shape, dtype=torch.float64, generator=generator).neg_().log1p_().neg_()
+    return gamma / gamma.sum(-1, keepdim=True)
+
+
+def kernel_lever(rounds: int) -> None:
+    """Print the Dirichlet(1) kernel draw of one batch, as drawn against the candidate."""
+    batches = {  # (kernels, states S, order k) of one batch: kernels of S^k rows
+        "paper C Fig. 4 (128 kernels, S = 3, k = 3)": (128, 3, 3),
+        "paper D maps, k = 3 (E = 6 x 64 kernels, S = 2)": (384, 2, 3),
+    }
+    for name, (count, states, order) in batches.items():
+        gen = torch.Generator().manual_seed(0)
+        shape = (count, states**order, states)
+        draws: dict[str, Callable[[], torch.Tensor]] = {
+            "as drawn": functools.partial(draw_kernels, states, order, 1.0, count, gen),
+            "-log(1 - U)": functools.partial(exponential_kernels, shape, gen),
+        }
+        best = dict.fromkeys(draws, float("inf"))
+        for _ in range(rounds):
+            for variant, draw in draws.items():
+                start = time.perf_counter()
+                for _ in range(50):
+                    draw()
+                best[variant] = min(best[variant], (time.perf_counter() - start) / 50 * 1e3)
+        rows = torch.cat([exponential_kernels(shape, gen) for _ in range(50)])
+        variance = (states - 1) / (states**2 * (states + 1))
+        print(f"{name:<48} as drawn {best['as drawn']:6.3f} ms, -log(1 - U) "
+              f"{best['-log(1 - U)']:6.3f} ms, {best['as drawn'] / best['-log(1 - U)']:5.2f}x; "
+              f"candidate's rows: mean {rows.mean():.4f} (1/S {1 / states:.4f}), "
+              f"variance {rows.var():.5f} ({variance:.5f})")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; fastest kept")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    variants = ["as trained", "fused AdamW", "bf16 autocast"]
+    if args.compile:
+        variants.append("torch.compile")
+    print(f"one CPU thread; ensembles of {ENSEMBLE}; ms per step (forward, loss, backward, "
+          "AdamW), fastest of the rounds; speed-up against as trained")  # fmt: skip
+    for name, (cfg, batch) in {
+        "paper D two_layer_maps (E=6 B=64 N=32)": paper_d(),
+        "paper A attn_markov_fig3 (E=6 B=16 N=128)": paper_a(),
+    }.items():
+        measure(name, cfg, batch, variants, args.steps, args.rounds)
+    print("\nDirichlet(1) kernels of one batch, ms, fastest of the rounds:")
+    kernel_lever(args.rounds)
+
+
+if __name__ == "__main__":
+    main()
