@@ -1,10 +1,10 @@
 """Speed levers that change a training's bits, measured side by side on one model step
 (printed, never asserted): what each would gain before anyone pays for the stability check
-that admitting it needs (docs/performance.md, "Levers measured").
+that admitting it needs (docs/performance.md, "Levers that change bits").
 
-Two models at their ci shapes, each an ensemble of six as trained: paper D's two-layer
-D-arch of `two_layer_maps` (relative positions, the App. B.1 MLP; E = 6, B = 64, N = 32,
-d = 32) and paper A's one-layer theory model of `attn_markov_fig3` (E = 6, B = 16,
+Two models at their ci settings in params.yaml, each an ensemble of six as trained: paper
+D's two-layer D-arch of `two_layer_maps` (relative positions, the App. B.1 MLP; B = 64,
+N = 32, d = 32) and paper A's one-layer theory model of `attn_markov_fig3`, tied (B = 16,
 N = 128, d = 4, head size 4). One step is the forward pass with the next-token
 cross-entropy, the backward pass and AdamW's update (the experiments' groups: weight decay
 1e-3 on the linear weights only, betas (0.9, 0.95)), timed as:
@@ -35,13 +35,15 @@ import argparse
 import functools
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from lightning_modules import GPTConfig
 from lightning_modules.ensemble_gpt import EnsembleGPT
+from replicate.config import load_params
 from replicate.experiments.two_layer.darch import darch_config
 from replicate.markov import draw_kernels
 
@@ -49,19 +51,24 @@ Step = Callable[[], torch.Tensor]
 ENSEMBLE = 6
 
 
+def ci_settings(experiment: str) -> Any:
+    """``experiment``'s typed settings at ci scale, from params.yaml."""
+    params = Path(__file__).resolve().parents[1] / "params.yaml"
+    return load_params(params, scale="ci", only=[experiment]).settings(experiment)
+
+
 def paper_d() -> tuple[GPTConfig, tuple[int, int]]:
-    """`two_layer_maps`' ci model (params.yaml: n_embd 32, value_rpe, mlp app_b1) and batch."""
-    arch = SimpleNamespace(n_embd=32, value_rpe=True, mlp="app_b1", tied=False, init_std=0.02)
-    return darch_config(arch, states=2, seq_len=32, layers=2), (64, 32)
+    """`two_layer_maps`' ci model and its batch (sequences, length)."""
+    s = ci_settings("two_layer_maps")
+    cfg = darch_config(s.arch, s.states, s.training.seq_len, layers=2)
+    return cfg, (s.training.batch_size, s.training.seq_len)
 
 
 def paper_a() -> tuple[GPTConfig, tuple[int, int]]:
-    """`attn_markov_fig3`'s ci model (params.yaml: theory variant, d = 4, tied) and batch."""
-    cfg = GPTConfig(
-        vocab_size=2, block_size=128, tied=True, variant="theory", activation="relu",
-        n_embd=4, n_layer=1, n_head=1, mlp_ratio=4, init_std=0.02,
-    )  # fmt: skip
-    return cfg, (16, 128)
+    """`attn_markov_fig3`'s ci model (tied) and its batch (sequences, length)."""
+    s = ci_settings("attn_markov_fig3")
+    cfg = GPTConfig(vocab_size=2, block_size=s.training.seq_len, tied=True, **s.model.model_dump())
+    return cfg, (s.training.batch_size, s.training.seq_len)
 
 
 def make_step(cfg: GPTConfig, batch: tuple[int, int], variant: str) -> Step:
