@@ -6,8 +6,8 @@ Two models at their ci settings in params.yaml, each an ensemble of six as train
 D's two-layer D-arch of `two_layer_maps` (relative positions, the App. B.1 MLP; B = 64,
 N = 32, d = 32) and paper A's one-layer theory model of `attn_markov_fig3`, tied (B = 16,
 N = 128, d = 4, head size 4). One step is the forward pass with the next-token
-cross-entropy, the backward pass and AdamW's update (the experiments' groups: weight decay
-1e-3 on the linear weights only, betas (0.9, 0.95)), timed as:
+cross-entropy, the backward pass and AdamW's update (the experiment's lr, betas and weight
+decay from params.yaml, the decay on the linear weights only), timed as:
 
 - ``as trained``: float32, AdamW's default (for-each) update: what the experiments run;
 - ``fused AdamW``: the same update by one fused kernel (``torch.optim.AdamW(fused=True)``);
@@ -36,7 +36,7 @@ import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -57,29 +57,43 @@ def ci_settings(experiment: str) -> Any:
     return load_params(params, scale="ci", only=[experiment]).settings(experiment)
 
 
-def paper_d() -> tuple[GPTConfig, tuple[int, int]]:
-    """`two_layer_maps`' ci model and its batch (sequences, length)."""
+class Model(NamedTuple):
+    """A model as an experiment trains it: its configuration, its batch (sequences,
+    length) and its optimiser settings (lr, beta1, beta2, weight_decay)."""
+
+    cfg: GPTConfig
+    batch: tuple[int, int]
+    optim: Any
+
+
+def paper_d() -> Model:
+    """`two_layer_maps`' ci model."""
     s = ci_settings("two_layer_maps")
     cfg = darch_config(s.arch, s.states, s.training.seq_len, layers=2)
-    return cfg, (s.training.batch_size, s.training.seq_len)
+    return Model(cfg, (s.training.batch_size, s.training.seq_len), s.optim)
 
 
-def paper_a() -> tuple[GPTConfig, tuple[int, int]]:
-    """`attn_markov_fig3`'s ci model (tied) and its batch (sequences, length)."""
+def paper_a() -> Model:
+    """`attn_markov_fig3`'s ci model (tied)."""
     s = ci_settings("attn_markov_fig3")
     cfg = GPTConfig(vocab_size=2, block_size=s.training.seq_len, tied=True, **s.model.model_dump())
-    return cfg, (s.training.batch_size, s.training.seq_len)
+    return Model(cfg, (s.training.batch_size, s.training.seq_len), s.optim)
 
 
-def make_step(cfg: GPTConfig, batch: tuple[int, int], variant: str) -> Step:
+def make_step(spec: Model, variant: str) -> Step:
     """One training step of a fresh ensemble (seeds 0..5) on a fixed batch, as ``variant``."""
+    cfg, batch, o = spec
     model = EnsembleGPT(cfg, ENSEMBLE)
     model.init_members(list(range(ENSEMBLE)))
     tokens = torch.randint(0, cfg.vocab_size, (ENSEMBLE, batch[0], batch[1] + 1),
                            generator=torch.Generator().manual_seed(0))  # fmt: skip
     decay, no_decay = model.decay_parameters()
-    groups = [{"params": decay, "weight_decay": 1e-3}, {"params": no_decay, "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), fused=variant == "fused AdamW")
+    groups = [
+        {"params": decay, "weight_decay": o.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    fused = variant == "fused AdamW"
+    opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), fused=fused)
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "bf16 autocast"):
@@ -98,14 +112,13 @@ def make_step(cfg: GPTConfig, batch: tuple[int, int], variant: str) -> Step:
     return step
 
 
-def measure(name: str, cfg: GPTConfig, batch: tuple[int, int], variants: list[str],
-            steps: int, rounds: int) -> None:  # fmt: skip
+def measure(name: str, spec: Model, variants: list[str], steps: int, rounds: int) -> None:
     """Print each variant's ms per step, its ratio to ``as trained`` and whether its loss
     after the timed steps is bit-identical."""
     runs: dict[str, Step] = {}
     for variant in variants:
         start = time.perf_counter()
-        runs[variant] = make_step(cfg, batch, variant)
+        runs[variant] = make_step(spec, variant)
         runs[variant]()  # warm-up (and, compiled, the compilation)
         if variant == "torch.compile":
             print(f"  {name}: torch.compile's first step {time.perf_counter() - start:.1f} s")
@@ -170,11 +183,10 @@ def main() -> None:
         variants.append("torch.compile")
     print(f"one CPU thread; ensembles of {ENSEMBLE}; ms per step (forward, loss, backward, "
           "AdamW), fastest of the rounds; speed-up against as trained")  # fmt: skip
-    for name, (cfg, batch) in {
-        "paper D two_layer_maps (E=6 B=64 N=32)": paper_d(),
-        "paper A attn_markov_fig3 (E=6 B=16 N=128)": paper_a(),
-    }.items():
-        measure(name, cfg, batch, variants, args.steps, args.rounds)
+    models = (("paper D two_layer_maps", paper_d()), ("paper A attn_markov_fig3", paper_a()))
+    for label, spec in models:
+        name = f"{label} (E={ENSEMBLE} B={spec.batch[0]} N={spec.batch[1]})"
+        measure(name, spec, variants, args.steps, args.rounds)
     print("\nDirichlet(1) kernels of one batch, ms, fastest of the rounds:")
     kernel_lever(args.rounds)
 

@@ -1,5 +1,6 @@
-"""The lever benchmark (`benchmarks/step_levers.py`) runs and prints one row per variant; its
-candidate Dirichlet(1) draw has Dirichlet(1)'s moments (the law the lever would keep)."""
+"""The lever benchmark (`benchmarks/step_levers.py`) runs and prints one row per variant,
+bf16 autocast changing the bits; its candidate Dirichlet(1) draw has Dirichlet(1)'s moments
+(the law the lever would keep)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ import step_levers
 
 
 def test_every_variant_prints_its_row(capsys: pytest.CaptureFixture[str]) -> None:
-    cfg, batch = step_levers.paper_a()
     variants = ["as trained", "fused AdamW", "bf16 autocast"]
-    step_levers.measure("paper A", cfg, batch, variants, steps=1, rounds=1)
+    step_levers.measure("paper D", step_levers.paper_d(), variants, steps=1, rounds=1)
     rows = capsys.readouterr().out.splitlines()
     assert [row.split()[2:4] for row in rows] == [["as", "trained"], ["fused", "AdamW"],
                                                    ["bf16", "autocast"]]  # fmt: skip
-    assert rows[0].split()[-1] == "True"  # as trained against itself: the same bits
+    assert rows[2].split()[-1] == "False"  # bf16 autocast did change the bits
 
 
 def test_the_candidate_kernels_have_dirichlet_one_moments() -> None:
