@@ -24,7 +24,9 @@ And one sampler lever: the Dirichlet(1) kernels of paper C's Fig. 4 and of every
 source (`replicate.markov.incontext.draw_kernels`, Marsaglia-Tsang rejection in log space)
 against the exact one-draw form Gamma(1) = -log(1 - U) (an exponential variate), the same
 law from another stream; the rows' mean and variance against Dirichlet(1)'s, 1/S and
-(S - 1) / (S^2 (S + 1)), say that the candidate draws that law.
+(S - 1) / (S^2 (S + 1)), say that the candidate draws that law. Tried in a full ci run, it
+was not taken: another stream is another draw of the data, and 15 verdicts moved with it
+(docs/reproducibility.md, "Verdicts that depend on the data drawn").
 
     python benchmarks/step_levers.py [--steps 20] [--rounds 3] [--compile]
 """
