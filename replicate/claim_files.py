@@ -565,6 +565,10 @@ class PerturbationCheck(Strict):
     what: str
     env: dict[str, str]
     threads: int | None
+    seed_offset: int | None = None
+    """The shift of every seed (`replicate.stability.REDRAWS`): the perturbation redraws the
+    data rather than imitating another CPU, and no ``cpu_dependent`` mark rests on it. Null
+    (and absent in a record written before the redraw existed): numerically neutral."""
     papers: dict[str, PaperCheck]
 
 
@@ -719,21 +723,23 @@ def _rerun(paper: str) -> str:
 def _listing(
     record: StabilityRecord, claim: Claim, paper: str, scale: str, label: str, path: Path
 ) -> list[tuple[str, PaperCheck]]:
-    """The (key, check) of every perturbation of ``record`` whose check of ``paper`` at
-    ``scale`` lists ``claim`` among the verdicts it changed; a ConfigError (starting with
-    ``label``) where there is none, or where one names a commit outside this history."""
+    """The (key, check) of every numerically neutral perturbation of ``record`` (the redraw
+    measures the data's noise, not the CPU's) whose check of ``paper`` at ``scale`` lists
+    ``claim`` among the verdicts it changed; a ConfigError (starting with ``label``) where
+    there is none, or where one names a commit outside this history."""
     listing = [
         (f"perturbations.{name}.papers.{paper}", entry.papers[paper])
         for name, entry in record.perturbations.items()
         if record.scale == scale
+        and entry.seed_offset is None
         and paper in entry.papers
         and any(row.id == claim.id for row in entry.papers[paper].verdicts_changed)
     ]
     if not listing:
         other = f" (it holds the check at {record.scale} scale)"
         raise ConfigError(
-            f"{label}: {path} does not list it among the verdicts a perturbation "
-            f"changed at {scale} scale{other if record.scale != scale else ''}; run "
+            f"{label}: {path} does not list it among the verdicts a numerically neutral "
+            f"perturbation changed at {scale} scale{other if record.scale != scale else ''}; run "
             f"`{_rerun(paper)}`, and where it no longer changes, remove cpu_dependent"
         )
     for key, check in listing:

@@ -1,15 +1,23 @@
-"""Verdicts that do not depend on the machine: `python -m replicate stability`.
+"""Verdicts that do not depend on the machine, nor on the data drawn: `python -m replicate
+stability`.
 
 Floating-point results differ between CPUs (ATen's kernel dispatch level, MKL's code path,
 the order of a reduction) and the differences grow through training: a claim whose verdict
 hinges on them turns CI red or green by the machine it lands on. This check reruns papers'
 experiments at the active scale in scratch clones of HEAD (the tree must be clean): once as
-committed (native), then once per perturbation, each a change that is numerically neutral
-(it changes the last bits of a sum, nothing a model means) and imitates another CPU, and
-lists every claim whose own verdict differs between the native run and the perturbed one.
-It is not part of a CI run: at ci scale one perturbation of every paper costs a full suite
-(52 minutes measured for ``aten-default`` on 2 cores). ``--papers`` reruns only the named
-papers' experiments (their Snakemake targets) and replaces only their part of the record.
+committed (native), then once per perturbation, and lists every claim whose own verdict
+differs between the native run and the perturbed one. The default perturbations
+(`PERTURBATIONS`) are numerically neutral (each changes the last bits of a sum, nothing a
+model means) and imitate another CPU. ``redraw`` (`REDRAWS`, run by name) is not: it shifts
+every seed of the clone's params.yaml (`replicate.suite.shift_seeds`), so every training,
+initialisation and test set is drawn anew from the same laws, and what it lists are the
+verdicts that sit within the seed-to-seed noise of their tolerance at this scale: readings
+of the draw, not results, until more seeds or longer runs settle them. A change that draws
+other data (another exact sampler, another seed) moves those verdicts, whatever its
+numerics. It is not part of a CI run: at ci scale one perturbation of every paper costs a
+full suite (52 minutes measured for ``aten-default`` on 2 cores). ``--papers`` reruns only
+the named papers' experiments (their Snakemake targets) and replaces only their part of the
+record.
 
 In each clone the claims files lose their ``cpu_dependent`` marks before the run: there a
 claim's verdict is its run's own evidence, the one compared, and the loader does not ask the
@@ -24,6 +32,7 @@ What it measured is written to ``claims/stability.json`` (machine-written, like
       "perturbations": {
         "<perturbation>": {
           "what": "<what it changes>", "env": {"<VARIABLE>": "<value>"}, "threads": null,
+          "seed_offset": <the shift of every seed (redraw), else null>,
           "papers": {
             "<paper>": {
               "commit": "<short hash of the commit that ran>",
@@ -51,9 +60,11 @@ Canonical JSON: keys sorted, no whitespace between tokens, UTF-8 (`claim_files.r
 a value or verdict is null for a claim absent from one side. A check of some perturbations or
 papers keeps the others' entries as they were, from a record whose digest matches; the entries
 of a record in the format before this one (no digests) or edited by hand are dropped, never
-signed anew. A claim on the list needs a form that does not sit on a knife edge (more seeds,
-a longer run, a statement about the fraction of seeds, or ``cpu_dependent``: `inconclusive`
-with the measured spread), never a moved tolerance.
+signed anew. A record read before perturbations carried ``seed_offset`` reads it as null. A
+claim on a numerically neutral perturbation's list needs a form that does not sit on a knife
+edge (more seeds, a longer run, a statement about the fraction of seeds, or ``cpu_dependent``:
+`inconclusive` with the measured spread), never a moved tolerance; one on the redraw's list
+needs more seeds or longer runs (a mark does not rest on it).
 """
 
 from __future__ import annotations
@@ -98,6 +109,21 @@ PERTURBATIONS: dict[str, Perturbation] = {
         threads=2,
     ),
 }
+
+REDRAWS: dict[str, Perturbation] = {
+    "redraw": Perturbation(
+        "every seed of params.yaml shifted by 100 (training data, initialisation, test sets "
+        "drawn anew from the same laws): not numerically neutral; it lists the claims whose "
+        "verdict depends on the data drawn at this scale",
+        seed_offset=100,
+    ),
+}
+"""Perturbations that redraw the data instead of imitating another CPU: what they list is
+the seed-to-seed noise of a verdict, which a ``cpu_dependent`` mark may not rest on
+(`replicate.claim_files`); run them by name (`python -m replicate stability redraw`)."""
+
+CHECKS: dict[str, Perturbation] = {**PERTURBATIONS, **REDRAWS}
+"""Every perturbation the check can run."""
 
 NATIVE = "native"
 """The name of the unperturbed run, the one each perturbed run is compared with."""
@@ -217,12 +243,13 @@ def merge(
         if earlier is not None and earlier["scale"] == scale
         else {"format": STABILITY_FORMAT, "scale": scale, "perturbations": {}}
     )
-    perturbation = PERTURBATIONS[name]
+    perturbation = CHECKS[name]
     papers = {**content["perturbations"].get(name, {}).get("papers", {}), **checks}
     content["perturbations"][name] = {
         "what": perturbation.what,
         "env": perturbation.env,
         "threads": perturbation.threads,
+        "seed_offset": perturbation.seed_offset,
         "papers": dict(sorted(papers.items())),
     }
     content["perturbations"] = dict(sorted(content["perturbations"].items()))
@@ -267,10 +294,10 @@ def stability(
     """Run ``papers``' experiments (default: every paper's) natively and under each
     perturbation in ``names``, and write what changed into ``claims/stability.json``
     (after each perturbation, keeping the other papers' and perturbations' entries)."""
-    unknown = [n for n in names if n not in PERTURBATIONS]
+    unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ConfigError(
-            f"unknown perturbation {', '.join(unknown)}; choose from {', '.join(PERTURBATIONS)}"
+            f"unknown perturbation {', '.join(unknown)}; choose from {', '.join(CHECKS)}"
         )
     chosen = _papers(params, papers)
     path = stability_file(params.claims_dir)
@@ -294,7 +321,7 @@ def stability(
         digests = {paper: paper_digest(paper, clone) for paper in chosen}
         native = suite.run(clone, NATIVE, Perturbation("nothing"))
         for name in names:
-            perturbation = PERTURBATIONS[name]
+            perturbation = CHECKS[name]
             print(f"stability: running {', '.join(chosen)} under {name} ({perturbation.what}) ...")
             start = time.monotonic()
             records = suite.run(suite.clone(name), name, perturbation)

@@ -1,7 +1,7 @@
 """Run the whole suite in a fresh clone of the project under a perturbation: what the
-stability check (`replicate.stability`, numerically neutral changes) and the negative
-control (`replicate.controls`, learning switched off) both do, each with its own
-perturbations."""
+stability check (`replicate.stability`: numerically neutral changes, and a redraw of every
+seed) and the negative control (`replicate.controls`, learning switched off) both do, each
+with its own perturbations."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from replicate import verdicts
 from replicate.verdicts import ClaimRecord
@@ -18,21 +19,51 @@ from replicate.verdicts import ClaimRecord
 
 @dataclass(frozen=True)
 class Perturbation:
-    """One numerically neutral change: environment variables set for every job, and
-    optionally the torch thread count (``runtime.threads`` in the clone's params.yaml)."""
+    """One change to how the suite runs: environment variables set for every job, and
+    optionally the torch thread count (``runtime.threads`` in the clone's params.yaml) or a
+    shift of every seed there (``seed_offset``, `shift_seeds`)."""
 
     what: str
     env: dict[str, str] = field(default_factory=dict)
     threads: int | None = None
+    seed_offset: int | None = None
 
 
-def _set_threads(params_file: Path, threads: int) -> None:
-    """Set ``runtime.threads`` in a clone's params.yaml, keeping the rest of the file."""
+def shift_seeds(node: Any, offset: int) -> None:
+    """Add ``offset`` to every seed in the parsed params.yaml ``node``, in place: the integer
+    of each key named ``seed`` or ending in ``_seed`` (``test_seed``) and each integer of a
+    list under a key ending in ``seeds`` (``seeds``, ``extra_seeds``), at any depth, both
+    scales. Every experiment draws its initialisation and data from streams of these seeds
+    (`lightning_modules.seeding`), so the shifted suite draws everything anew from the same
+    laws."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key.endswith("seed") and isinstance(value, int) and not isinstance(value, bool):
+                node[key] = value + offset
+            elif key.endswith("seeds") and isinstance(value, list):
+                for i, seed in enumerate(value):
+                    if isinstance(seed, int):
+                        value[i] = seed + offset
+            else:
+                shift_seeds(value, offset)
+    elif isinstance(node, list):
+        for item in node:
+            shift_seeds(item, offset)
+
+
+def _edit_params(params_file: Path, perturbation: Perturbation) -> None:
+    """Apply ``perturbation``'s thread count and seed shift to a clone's params.yaml,
+    keeping the rest of the file (comments, order, layout)."""
+    if perturbation.threads is None and perturbation.seed_offset is None:
+        return
     from ruamel.yaml import YAML
 
     yaml = YAML()
     data = yaml.load(params_file)
-    data["runtime"]["threads"] = threads
+    if perturbation.threads is not None:
+        data["runtime"]["threads"] = perturbation.threads
+    if perturbation.seed_offset is not None:
+        shift_seeds(data, perturbation.seed_offset)
     with params_file.open("w") as handle:
         yaml.dump(data, handle)
 
@@ -51,8 +82,7 @@ def run_in_clone(
 ) -> None:
     """Run ``commands`` in ``clone`` under ``perturbation`` (named ``name``), one after the
     other, their output in ``log``; RuntimeError at the first that fails."""
-    if perturbation.threads is not None:
-        _set_threads(clone / "params.yaml", perturbation.threads)
+    _edit_params(clone / "params.yaml", perturbation)
     env = {**os.environ, **perturbation.env}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,10 +22,11 @@ from replicate.claim_files import load_claims, read_stability, stability_file
 from replicate.config import load_params
 from replicate.params import ConfigError
 from replicate.sources import paper_digest
-from replicate.stability import compare, stability
+from replicate.stability import REDRAWS, compare, stability
+from replicate.suite import _edit_params
 from replicate.verdicts import ClaimRecord
 
-from .conftest import built_training_free_workflow, git, synthetic_record
+from .conftest import PARAMS_FILE, built_training_free_workflow, git, synthetic_record
 
 pytestmark = pytest.mark.workflow(seconds=70)
 
@@ -70,6 +72,39 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "--quiet", "-m", "scratch")
     return root
+
+
+def _shifted_pairs(original: Any, shifted: Any, key: str = "") -> list[tuple[str, int, int]]:
+    """(key, original, shifted) of every integer under a seed key of two parsed params files
+    of one shape; AssertionError where anything else differs."""
+    if isinstance(original, dict):
+        assert list(original) == list(shifted)
+        return [p for k in original for p in _shifted_pairs(original[k], shifted[k], k)]
+    if isinstance(original, list):
+        assert len(original) == len(shifted)
+        return [
+            p for a, b in zip(original, shifted, strict=True) for p in _shifted_pairs(a, b, key)
+        ]
+    seed_key = key.endswith(("seed", "seeds")) and type(original) is int
+    assert seed_key or original == shifted, (key, original, shifted)
+    return [(key, original, shifted)] if seed_key else []
+
+
+def test_the_redraw_shifts_every_seed_and_nothing_else(tmp_path: Path) -> None:
+    """The redraw's clone: every seed of params.yaml (each kind: ``seed``, ``seeds``,
+    ``extra_seeds``, ``test_seed``) moved by the offset, every other value as it was, and
+    the file still valid at both scales."""
+    perturbation = REDRAWS["redraw"]
+    clone = tmp_path / "params.yaml"
+    clone.write_text(PARAMS_FILE.read_text())
+    _edit_params(clone, perturbation)
+    pairs = _shifted_pairs(
+        yaml.safe_load(PARAMS_FILE.read_text()), yaml.safe_load(clone.read_text())
+    )
+    assert {key for key, _, _ in pairs} == {"seed", "seeds", "extra_seeds", "test_seed"}
+    assert all(after - before == perturbation.seed_offset for _, before, after in pairs)
+    for scale in ("ci", "paper"):
+        assert load_params(clone, scale=scale).experiments
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")

@@ -186,6 +186,34 @@ def test_a_record_of_other_code_makes_the_mark_stale(project: Params) -> None:
     assert record in unexpected([record])
 
 
+def test_a_mark_does_not_rest_on_the_redraw(project: Params) -> None:
+    """The redraw lists the claims that turn on the data drawn, not on the CPU: a record whose
+    only listing of the marked claim is the redraw's backs no ``cpu_dependent`` mark, and
+    the redraw's entry says its seed shift."""
+    stability_record(
+        project.claims_dir,
+        {PAPER: [CLAIM_ID]},
+        commit=head_commit(project.file.parent),
+        perturbation="redraw",
+    )
+    entry = read_stability(stability_file(project.claims_dir)).perturbations["redraw"]
+    assert entry.seed_offset == 100 and entry.threads is None and entry.env == {}
+    _refused(project, "does not list it", "numerically neutral perturbation")
+
+
+def test_a_record_written_before_the_redraw_still_backs_the_mark(project: Params) -> None:
+    """A record whose perturbations carry no ``seed_offset`` (written before the redraw) keeps
+    its digest and backs the mark: the key reads as null, numerically neutral."""
+    path = stability_file(project.claims_dir)
+    data = json.loads(path.read_text())
+    for entry in data["perturbations"].values():
+        del entry["seed_offset"]
+    data["sha256"] = record_digest(data)
+    path.write_text(json.dumps(data, indent=2))
+    assert load_claims(project).claims[0].cpu_dependent
+    assert read_stability(path).perturbations["aten-default"].seed_offset is None
+
+
 def test_a_commit_not_in_this_history_is_refused(project: Params) -> None:
     stability_record(project.claims_dir, {PAPER: [CLAIM_ID]}, commit="0123abc")
     _refused(
