@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from replicate import io
-from replicate.params import METRICS_FILE, PROVENANCE_FILE, ExperimentEntry, Params
+from replicate.params import (
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    ConfigError,
+    ExperimentEntry,
+    Params,
+)
 from replicate.verdicts import (
     SEED_BOOTSTRAP,
     SEED_RANGE,
@@ -627,6 +633,77 @@ def _listed(by_paper: dict[str, list[Section]]) -> list[str]:
     ]
 
 
+def _redraw_entries(params: Params) -> tuple[dict[str, Any], str]:
+    """The stability record's redraw entries at ``params``' scale (each perturbation with a
+    ``seed_offset``, `replicate.stability.REDRAWS`), and why there are none ("" if there are)."""
+    from replicate.claim_files import read_stability, stability_file
+
+    path = stability_file(params.claims_dir)
+    command = "`python -m replicate stability redraw`"
+    try:
+        record = read_stability(path)
+    except FileNotFoundError:
+        return {}, f"Not measured: there is no stability record ({command} writes it)."
+    except ConfigError as exc:
+        return {}, f"The stability record cannot be read: {exc}."
+    entries = {
+        name: entry
+        for name, entry in record.perturbations.items()
+        if entry.seed_offset is not None and record.scale == params.scale
+    }
+    return entries, "" if entries else f"Not measured at {params.scale} scale: run {command}."
+
+
+def _draw_dependence(by_paper: dict[str, list[Section]], params: Params) -> list[str]:
+    """Every claim whose own verdict the stability check's redraw changed (every seed shifted:
+    the same laws, other data), with both verdicts and values and this run's verdict; per
+    paper the run that measured it, and whether that was this code."""
+    from replicate.sources import paper_digest
+
+    entries, absent = _redraw_entries(params)
+    if not entries:
+        return [absent]
+    place = {
+        r.id: (r, PAPER_TITLES[paper].partition(" — ")[0], s)
+        for paper, paper_sections in by_paper.items()
+        for s in paper_sections
+        for r in s.records
+    }
+    lines = [
+        "A claim listed here changed its own verdict when the stability check reran its "
+        "experiments with every seed of params.yaml shifted (the same laws, other training "
+        "data, initialisations and test sets): its verdict at this scale is a reading within "
+        "the seed-to-seed noise of its tolerance, not a result, until more seeds or longer "
+        "runs settle it. It is still counted under its verdict above.",
+    ]
+    rows, runs = [], []
+    for name, entry in entries.items():
+        for paper, check in entry.papers.items():
+            code = "this code" if check.code_sha256 == paper_digest(paper) else "other code"
+            runs.append(
+                f"{PAPER_TITLES.get(paper, paper)}: `{name}` (seeds + {entry.seed_offset}), "
+                f"commit {check.commit} ({code}), {check.date}: "
+                f"{len(check.verdicts_changed)} of {check.claims} verdicts changed"
+            )
+            for row in check.verdicts_changed:
+                r, letter, s = place.get(row.id, (None, "", None))
+                where = f"[{letter}, {_cell(s.label)}](#{s.name})" if s else "—"
+                rows.append(
+                    f"| `{row.id}` | {where} | {r.provenance if r else '—'} "
+                    f"| {r.verdict if r else '—'} | {row.verdict} → {row.perturbed_verdict} "
+                    f"| {_fmt(row.measured)} → {_fmt(row.perturbed_measured)} |"
+                )
+    lines += ["", *(f"- {run}" for run in runs), ""]
+    if not rows:
+        return [*lines, "No verdict changed."]
+    return [
+        *lines,
+        "| claim | section | provenance | verdict here | as drawn → redrawn | measured |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 # ----------------------------------------------------------------------------- REPORT.md
 HOW_TO_READ = (
     "Each claim compares one measured metric (from `<paper>/<item>/metrics.json` in this "
@@ -653,13 +730,17 @@ HOW_TO_READ = (
     "measured value shown but not judged: it is no non-reproduction. A claim whose verdict the"
     " stability check found to depend on the CPU (`python -m replicate stability`, "
     "`claims/stability.json`) is *inconclusive* at that scale on every machine, with the "
-    "spread measured and this machine's own verdict in its note. Machine-readable: "
+    "spread measured and this machine's own verdict in its note. A claim whose verdict "
+    "changed when the stability check drew the data anew (`python -m replicate stability "
+    "redraw`) is listed, with both readings, under *Verdicts that depend on the data drawn*. "
+    "Machine-readable: "
     "`claims.json` beside this report (`interval_kind` says which interval, `own_verdict` "
     "what the run's own evidence gives)."
 )
 CONTENTS = {
     "summary": "Summary",
     "listed": "Claims that do not reproduce or are inconclusive",
+    "draw": "Verdicts that depend on the data drawn",
     "how-to-read": "How to read this report",
     "tallies": "Tallies by provenance",
 }
@@ -739,6 +820,10 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         _heading(2, "listed", CONTENTS["listed"]),
         "",
         *_listed(by_paper),
+        "",
+        _heading(2, "draw", CONTENTS["draw"]),
+        "",
+        *_draw_dependence(by_paper, params),
         "",
         _heading(2, "how-to-read", CONTENTS["how-to-read"]),
         "",

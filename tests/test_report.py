@@ -21,7 +21,14 @@ from replicate.control_record import DEFINITION_FIELDS
 from replicate.params import PAPERS, Params
 from replicate.verdicts import ClaimRecord, ClaimsOutputs
 
-from .conftest import CLAIMS_DIR, PARAMS_FILE, REPO
+from .conftest import (
+    CLAIMS_DIR,
+    PARAMS_FILE,
+    REPO,
+    claim_dict,
+    params_with_claims,
+    stability_record,
+)
 
 
 @pytest.fixture(scope="module")
@@ -479,3 +486,32 @@ def test_the_readme_headline_is_rendered_from_the_verdict_summaries(tmp_path: Pa
     assert report.with_headline(readme, report.headline("ci", REPO)) == readme, (
         "README.md's headline is stale: run `python -m replicate.report --readme README.md`"
     )
+
+
+def test_the_verdicts_the_redraw_changed_are_listed_with_both_readings(
+    tmp_path: Path, params_dict: dict
+) -> None:
+    """REPORT.md lists each claim whose verdict the stability check's redraw changed, with
+    its section, this run's verdict, both verdicts and values of the check, and the run
+    that measured it; without a redraw at this scale it says so."""
+    claim_id = "C-F1a-stages"
+    params = load_params(
+        params_with_claims(tmp_path, params_dict, [claim_dict(claim_id)]), scale="ci"
+    )
+    here = _record(claim_id, paper="subngrams", experiment="subngrams_fig1", figure="Fig. 1")
+    stability_record(params.claims_dir, {"subngrams": [claim_id]}, perturbation="aten-default")
+    section = _between(report.render_report([here], params, tmp_path), "draw", "how-to-read")
+    assert "Not measured at ci scale: run `python -m replicate stability redraw`." in section
+    stability_record(params.claims_dir, {"subngrams": [claim_id]}, perturbation="redraw")
+    section = _between(report.render_report([here], params, tmp_path), "draw", "how-to-read")
+    assert (
+        f"| `{claim_id}` | [Paper C, Fig. 1](#subngrams_fig1) | paper | holds "
+        "| holds → inconclusive | 1 → 0.5 |"
+    ) in section
+    assert "`redraw` (seeds + 100)" in section and "(this code)" in section
+    assert "1 of 1 verdicts changed" in section
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """The report's text from the heading anchored ``start`` to the one anchored ``end``."""
+    return text[text.index(f'<a id="{start}">') : text.index(f'<a id="{end}">')]
