@@ -752,6 +752,28 @@ def _heading(level: int, anchor: str, text: str) -> str:
     return f'{"#" * level} <a id="{anchor}"></a>{text}'
 
 
+def _draw_sentence(facts: list[ClaimRecord], params: Params) -> str:
+    """How many of the papers' own definite verdicts (``facts``: the counted claims) the
+    stability check's redraw changed, as a sentence of the headline; "" where not measured."""
+    entries, _ = _redraw_entries(params)
+    if not entries:
+        return ""
+    changed = {
+        row.id
+        for entry in entries.values()
+        for check in entry.papers.values()
+        for row in check.verdicts_changed
+    }
+    definite = [
+        r for r in facts if r.provenance == "paper" and r.verdict in ("holds", "does-not-reproduce")
+    ]
+    moved = sum(1 for r in definite if r.id in changed)
+    return (
+        f"{moved} of those {len(definite)} definite verdicts changed when the data were drawn "
+        "anew ([Verdicts that depend on the data drawn](#draw)). "
+    )
+
+
 def _headline(records: list[ClaimRecord], params: Params) -> str:
     n_bad = len(unexpected(records))
     facts = counted(records)
@@ -763,7 +785,8 @@ def _headline(records: list[ClaimRecord], params: Params) -> str:
         f"{counts['inconclusive']} are inconclusive, {counts['not-tested']} not tested at this "
         f"scale (the run stops before the step where the paper shows the effect), "
         f"{counts['missing']} missing. "
-        f"{len(facts) - n_paper} further claims are our derivations, proposals and "
+        + _draw_sentence(facts, params)
+        + f"{len(facts) - n_paper} further claims are our derivations, proposals and "
         "settings checks (counted apart). "
         f"{len(records) - len(facts)} more claims follow from another claim (`implied_by`): "
         "they are evaluated, shown and checked, but not counted, so that each fact counts "

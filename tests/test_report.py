@@ -493,17 +493,22 @@ def test_the_verdicts_the_redraw_changed_are_listed_with_both_readings(
 ) -> None:
     """REPORT.md lists each claim whose verdict the stability check's redraw changed, with
     its section, this run's verdict, both verdicts and values of the check, and the run
-    that measured it; without a redraw at this scale it says so."""
+    that measured it, and its headline counts the papers' definite verdicts among them;
+    without a redraw at this scale it says so, and the headline says nothing of it."""
     claim_id = "C-F1a-stages"
     params = load_params(
         params_with_claims(tmp_path, params_dict, [claim_dict(claim_id)]), scale="ci"
     )
     here = _record(claim_id, paper="subngrams", experiment="subngrams_fig1", figure="Fig. 1")
     stability_record(params.claims_dir, {"subngrams": [claim_id]}, perturbation="aten-default")
-    section = _between(report.render_report([here], params, tmp_path), "draw", "how-to-read")
+    text = report.render_report([here], params, tmp_path)
+    section = _between(text, "draw", "how-to-read")
     assert "Not measured at ci scale: run `python -m replicate stability redraw`." in section
+    assert "drawn anew" not in text.partition("Contents:")[0]
     stability_record(params.claims_dir, {"subngrams": [claim_id]}, perturbation="redraw")
-    section = _between(report.render_report([here], params, tmp_path), "draw", "how-to-read")
+    text = report.render_report([here], params, tmp_path)
+    assert "1 of those 1 definite verdicts changed when the data were drawn anew" in text
+    section = _between(text, "draw", "how-to-read")
     assert (
         f"| `{claim_id}` | [Paper C, Fig. 1](#subngrams_fig1) | paper | holds "
         "| holds → inconclusive | 1 → 0.5 |"
