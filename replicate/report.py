@@ -39,7 +39,7 @@ from replicate.verdicts import (
 )
 
 if TYPE_CHECKING:
-    from replicate.claim_files import Claim
+    from replicate.claim_files import Claim, PerturbationCheck
 
 PAPER_TITLES = {
     "attn_markov": "Paper A — Attention with Markov",
@@ -633,7 +633,7 @@ def _listed(by_paper: dict[str, list[Section]]) -> list[str]:
     ]
 
 
-def _redraw_entries(params: Params) -> tuple[dict[str, Any], str]:
+def _redraw_entries(params: Params) -> tuple[dict[str, PerturbationCheck], str]:
     """The stability record's redraw entries at ``params``' scale (each perturbation with a
     ``seed_offset``, `replicate.stability.REDRAWS`), and why there are none ("" if there are)."""
     from replicate.claim_files import read_stability, stability_file
