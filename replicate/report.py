@@ -654,13 +654,15 @@ def _redraw_entries(params: Params) -> tuple[dict[str, PerturbationCheck], str]:
     return entries, "" if entries else f"Not measured at {params.scale} scale: run {command}."
 
 
-def _draw_dependence(by_paper: dict[str, list[Section]], params: Params) -> list[str]:
-    """Every claim whose own verdict the stability check's redraw changed (every seed shifted:
-    the same laws, other data), with both verdicts and values and this run's verdict; per
-    paper the run that measured it, and whether that was this code."""
+def _draw_dependence(
+    by_paper: dict[str, list[Section]], entries: dict[str, PerturbationCheck], absent: str
+) -> list[str]:
+    """Every claim whose own verdict the stability check's redraw (``entries``, else why
+    none: ``absent``; `_redraw_entries`) changed (every seed shifted: the same laws, other
+    data), with both verdicts and values and this run's verdict; per paper the run that
+    measured it, and whether that was this code."""
     from replicate.sources import paper_digest
 
-    entries, absent = _redraw_entries(params)
     if not entries:
         return [absent]
     place = {
@@ -752,10 +754,10 @@ def _heading(level: int, anchor: str, text: str) -> str:
     return f'{"#" * level} <a id="{anchor}"></a>{text}'
 
 
-def _draw_sentence(facts: list[ClaimRecord], params: Params) -> str:
+def _draw_sentence(facts: list[ClaimRecord], entries: dict[str, PerturbationCheck]) -> str:
     """How many of the papers' own definite verdicts (``facts``: the counted claims) the
-    stability check's redraw changed, as a sentence of the headline; "" where not measured."""
-    entries, _ = _redraw_entries(params)
+    stability check's redraw (``entries``, `_redraw_entries`) changed, as a sentence of the
+    headline; "" where not measured."""
     if not entries:
         return ""
     changed = {
@@ -774,7 +776,9 @@ def _draw_sentence(facts: list[ClaimRecord], params: Params) -> str:
     )
 
 
-def _headline(records: list[ClaimRecord], params: Params) -> str:
+def _headline(
+    records: list[ClaimRecord], params: Params, redrawn: dict[str, PerturbationCheck]
+) -> str:
     n_bad = len(unexpected(records))
     facts = counted(records)
     counts = tally([r for r in facts if r.provenance == "paper"])
@@ -785,7 +789,7 @@ def _headline(records: list[ClaimRecord], params: Params) -> str:
         f"{counts['inconclusive']} are inconclusive, {counts['not-tested']} not tested at this "
         f"scale (the run stops before the step where the paper shows the effect), "
         f"{counts['missing']} missing. "
-        + _draw_sentence(facts, params)
+        + _draw_sentence(facts, redrawn)
         + f"{len(facts) - n_paper} further claims are our derivations, proposals and "
         "settings checks (counted apart). "
         f"{len(records) - len(facts)} more claims follow from another claim (`implied_by`): "
@@ -825,12 +829,13 @@ def _section(s: Section, params: Params, root: Path) -> list[str]:
 
 def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(".")) -> str:
     by_paper = sections(records, params)
+    redraw = _redraw_entries(params)
     contents = [f"- [{text}](#{anchor})" for anchor, text in CONTENTS.items()]
     contents += [f"- [{PAPER_TITLES[paper]}](#{paper})" for paper in by_paper]
     lines = [
         "# Replication report",
         "",
-        _headline(records, params),
+        _headline(records, params, redraw[0]),
         "",
         "Contents:",
         "",
@@ -846,7 +851,7 @@ def render_report(records: list[ClaimRecord], params: Params, root: Path = Path(
         "",
         _heading(2, "draw", CONTENTS["draw"]),
         "",
-        *_draw_dependence(by_paper, params),
+        *_draw_dependence(by_paper, *redraw),
         "",
         _heading(2, "how-to-read", CONTENTS["how-to-read"]),
         "",

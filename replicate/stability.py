@@ -110,12 +110,15 @@ PERTURBATIONS: dict[str, Perturbation] = {
     ),
 }
 
+REDRAW_OFFSET = 100
+"""How far the redraw shifts every seed of params.yaml (`replicate.suite.shift_seeds`)."""
+
 REDRAWS: dict[str, Perturbation] = {
     "redraw": Perturbation(
-        "every seed of params.yaml shifted by 100 (training data, initialisation, test sets "
-        "drawn anew from the same laws): not numerically neutral; it lists the claims whose "
-        "verdict depends on the data drawn at this scale",
-        seed_offset=100,
+        f"every seed of params.yaml shifted by {REDRAW_OFFSET} (training data, initialisation, "
+        "test sets drawn anew from the same laws): not numerically neutral; it lists the claims "
+        "whose verdict depends on the data drawn at this scale",
+        seed_offset=REDRAW_OFFSET,
     ),
 }
 """Perturbations that redraw the data instead of imitating another CPU: what they list is
