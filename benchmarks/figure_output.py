@@ -1,16 +1,19 @@
-"""Writing the figures, before and after the PNG became the layout check's own draw, side by
-side (printed, never asserted).
+"""Writing the figures as the experiments do, against a candidate that draws each figure once
+for the layout check and the PNG, side by side (printed, never asserted).
 
-Every experiment's figure is drawn three ways or more: once on the Agg canvas for the layout
-check (`replicate.plotting.layout_problems`), then by `Figure.savefig` for the PNG and for
-the PDF, each of which lays a figure with a layout engine out by a draw of its own before
-the draw it renders. `RunContext.save_figure` now writes the PNG from the check's draw
-(`replicate.io.save_drawn_png`). This script runs the experiments at ci scale with every
-training cut to ``--steps`` steps (`replicate.training.Calibration`: the figures have the
-ci layout, their curves are short), keeps each figure, and times, in alternating rounds
-(the fastest kept), the check with both files written as before (a PNG of its own draw) and
-as now; and counts the figures whose PNG bytes are the same both ways (a figure whose
-constrained layout still moves from one draw to the next is not).
+Every experiment's figure is drawn three ways or more (`RunContext.save_figure`): once on
+the Agg canvas for the layout check (`replicate.plotting.layout_problems`), then by
+`Figure.savefig` for the PNG and for the PDF, each of which lays a figure with a layout
+engine out by a draw of its own before the draw it renders. The candidate writes the PNG
+from the pixels of the check's own draw (`drawn_png`: `FigureCanvasAgg.print_png`'s write
+without its draw), so the PNG is the very image whose layout was checked. This script runs
+the experiments at ci scale with every training cut to ``--steps`` steps
+(`replicate.training.Calibration`: the figures have the ci layout, their curves are short),
+keeps each figure, and times, in alternating rounds (the fastest kept), the check with both
+files written as the experiments write them and by the candidate; and counts the figures
+whose PNG bytes are the same both ways (a figure whose constrained layout still moves from
+one draw to the next is not). Taking it changes every experiment's code: docs/performance.md
+says what that needs.
 
     python benchmarks/figure_output.py [--steps 8] [--rounds 2] [EXPERIMENT ...]
 """
@@ -24,7 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 
 from replicate import io
 from replicate.config import load_params
@@ -68,18 +73,29 @@ def figures(experiments: list[str], steps: int) -> dict[str, list[Figure]]:
     return {name: kept.get(name, []) for name in chosen}
 
 
-def before(fig: Figure, folder: Path) -> None:
-    """The check, then the PNG and the PDF each drawn by savefig."""
-    layout_problems(fig)
-    io.save_figure(fig, folder / "before.png")
-    io.save_figure(fig, folder / "before.pdf")
+def drawn_png(fig: Figure, path: Path) -> None:
+    """The candidate: the pixels of ``fig``'s last draw on its Agg canvas written as a PNG,
+    without drawing it again (what `FigureCanvasAgg.print_png` writes after its own draw;
+    no Software key, as `replicate.io.save_figure`)."""
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg) or getattr(canvas, "renderer", None) is None:
+        raise ValueError(f"{path}: the figure has not been drawn on an Agg canvas")
+    imsave(path, canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi,
+           metadata={"Software": None})  # fmt: skip
 
 
-def now(fig: Figure, folder: Path) -> None:
-    """The check, the PNG from its draw, the PDF drawn by savefig (`RunContext.save_figure`)."""
+def as_written(fig: Figure, folder: Path) -> None:
+    """`RunContext.save_figure`: the check, then the PNG and the PDF each drawn by savefig."""
     layout_problems(fig)
-    io.save_drawn_png(fig, folder / "now.png")
-    io.save_figure(fig, folder / "now.pdf")
+    io.save_figure(fig, folder / "as_written.png")
+    io.save_figure(fig, folder / "as_written.pdf")
+
+
+def candidate(fig: Figure, folder: Path) -> None:
+    """The check, the PNG from its draw (`drawn_png`), the PDF drawn by savefig."""
+    layout_problems(fig)
+    drawn_png(fig, folder / "candidate.png")
+    io.save_figure(fig, folder / "candidate.pdf")
 
 
 def main() -> None:
@@ -89,7 +105,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; fastest kept")
     args = parser.parse_args()
     kept = figures(args.experiments, args.steps)
-    ways: dict[str, Callable[[Figure, Path], None]] = {"before": before, "now": now}
+    ways: dict[str, Callable[[Figure, Path], None]] = {
+        "as written": as_written,
+        "candidate": candidate,
+    }
     best = {(name, way): float("inf") for name in kept for way in ways}
     same = 0
     with tempfile.TemporaryDirectory() as scratch:
@@ -103,19 +122,21 @@ def main() -> None:
                     best[name, way] = min(best[name, way], time.perf_counter() - start)
         for figs in kept.values():
             for fig in figs:
-                before(fig, folder)
-                now(fig, folder)
-                same += (folder / "before.png").read_bytes() == (folder / "now.png").read_bytes()
+                as_written(fig, folder)
+                candidate(fig, folder)
+                png = (folder / "as_written.png").read_bytes()
+                same += png == (folder / "candidate.png").read_bytes()
     total = {way: sum(best[name, way] for name in kept) for way in ways}
     count = sum(len(figs) for figs in kept.values())
     print(f"{count} figures of {len(kept)} experiments (ci layout, trainings cut to "
-          f"{args.steps} steps); seconds to check and write each experiment's figures, fastest "
+          f"{args.steps} steps); seconds to check and write each experiment's figures as "
+          f"written and by the candidate, fastest "
           f"of {args.rounds} alternating rounds")  # fmt: skip
-    for name in sorted(kept, key=lambda n: -best[n, "before"]):
-        b, n = best[name, "before"], best[name, "now"]
-        print(f"  {name:<28} before {b:6.2f} s   now {n:6.2f} s   {b / n:5.2f}x")
-    print(f"  {'all':<28} before {total['before']:6.2f} s   now {total['now']:6.2f} s   "
-          f"{total['before'] / total['now']:5.2f}x")  # fmt: skip
+    for name in sorted(kept, key=lambda n: -best[n, "as written"]):
+        b, n = best[name, "as written"], best[name, "candidate"]
+        print(f"  {name:<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
+    b, n = total["as written"], total["candidate"]
+    print(f"  {'all':<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
     print(f"PNG bytes the same both ways: {same} of {count} figures")
 
 

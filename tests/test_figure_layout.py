@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from replicate import io, plotting
+from replicate import plotting
 from replicate.experiments.base import RunContext
 from replicate.params import SCALES, Classification, ExperimentEntry
 from replicate.training import TrainingContext
@@ -144,42 +144,6 @@ def test_save_figure_records_problems_and_writes_the_figure(tmp_path: Path) -> N
     assert ctx.layout_problems == [
         'crowded: text of panel 0 "first words" overlaps text of panel 0 "second words"'
     ]
-
-
-def test_the_png_is_the_draw_the_layout_check_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One draw on the Agg canvas serves the layout check and the PNG, the others are the
-    PDF's; the PNG's bytes are those a second draw would have written (a figure that draws the same
-    twice); a figure never drawn is refused."""
-    entry = ExperimentEntry(
-        paper="attn_markov",
-        item="check",
-        title="a figure",
-        source="none",
-        outputs=["clean.png", "clean.pdf"],
-        settings={scale: {} for scale in SCALES},
-    )
-    shared = Classification(bigram_kappa_min=0.9, unigram_kappa_max=0.1, unigram_kappa_min=-0.2)
-    ctx = RunContext("check", entry, "ci", tmp_path, shared, TrainingContext())
-    drawn = []
-    original = Figure.draw
-    monkeypatch.setattr(Figure, "draw", lambda fig, r: (drawn.append(r), original(fig, r))[1])
-    ctx.save_figure(_clean_figure(), "clean")
-    # savefig lays a figure out by a draw of its own before it renders: for the PNG that
-    # was two more Agg draws
-    renderers = [type(r).__name__ for r in drawn]
-    assert renderers[0] == "RendererAgg" and renderers.count("RendererAgg") == 1, renderers
-    monkeypatch.undo()
-    again = _clean_figure()
-    again.savefig(tmp_path / "drawn twice.png", metadata={"Software": None})
-    assert (tmp_path / "clean.png").read_bytes() == (tmp_path / "drawn twice.png").read_bytes()
-    plt.close(again)
-    undrawn, _ = plt.subplots()
-    with pytest.raises(ValueError, match="has not been drawn"):
-        io.save_drawn_png(undrawn, tmp_path / "undrawn.png")
-    assert not (tmp_path / "undrawn.png").exists()
-    plt.close(undrawn)
 
 
 def test_no_figure_of_any_experiment_has_a_layout_problem(
