@@ -24,6 +24,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -39,11 +40,14 @@ from replicate.plotting import layout_problems
 from replicate.training import Calibration
 
 REPO = Path(__file__).resolve().parents[1]
+Kept = list[tuple[RunContext, Figure]]
+"""An experiment's figures, each with the run context that saved it."""
 
 
-def figures(experiments: list[str], steps: int) -> dict[str, list[Figure]]:
-    """Each experiment's figures as it saves them (kept open), from runs at ci scale with
-    every training cut to ``steps`` steps, in params.yaml's order (an upstream first)."""
+def figures(experiments: list[str], steps: int) -> dict[str, Kept]:
+    """Each experiment's figures as it saves them, with their run contexts, from runs at ci
+    scale with every training cut to ``steps`` steps, in params.yaml's order (an upstream
+    first). The figures stay open only while `plt.close` is held off (`main`)."""
     params = load_params(REPO / "params.yaml", scale="ci")
     chosen = experiments or list(params.experiments)
     unknown = sorted(set(chosen) - set(params.experiments))
@@ -55,21 +59,20 @@ def figures(experiments: list[str], steps: int) -> dict[str, list[Figure]]:
         while upstream is not None:
             needed.add(upstream)
             upstream = params.upstream_of(upstream)
-    kept: dict[str, list[Figure]] = {}
+    kept: dict[str, Kept] = {}
     keep = RunContext.save_figure
 
     def keeping(ctx: RunContext, fig: Figure, stem: str = "figure") -> None:
         keep(ctx, fig, stem)
-        kept.setdefault(ctx.name, []).append(fig)
+        kept.setdefault(ctx.name, []).append((ctx, fig))
 
     RunContext.save_figure = keeping  # type: ignore[method-assign]
-    close, plt.close = plt.close, lambda *args: None
     try:
         with tempfile.TemporaryDirectory() as root:
             for name in (n for n in params.experiments if n in needed):
                 run_in_context(name, params, Path(root), False, Calibration(steps))
     finally:
-        RunContext.save_figure, plt.close = keep, close  # type: ignore[method-assign]
+        RunContext.save_figure = keep  # type: ignore[method-assign]
     return {name: kept.get(name, []) for name in chosen}
 
 
@@ -84,18 +87,55 @@ def drawn_png(fig: Figure, path: Path) -> None:
            metadata={"Software": None})  # fmt: skip
 
 
-def as_written(fig: Figure, folder: Path) -> None:
-    """`RunContext.save_figure`: the check, then the PNG and the PDF each drawn by savefig."""
-    layout_problems(fig)
-    io.save_figure(fig, folder / "as_written.png")
-    io.save_figure(fig, folder / "as_written.pdf")
+def as_written(ctx: RunContext, fig: Figure, folder: Path) -> None:
+    """`RunContext.save_figure` itself, into ``folder``: the check, then the PNG and the PDF
+    each drawn by savefig."""
+    replace(ctx, out_dir=folder, written=[], layout_problems=[]).save_figure(fig, "as_written")
 
 
-def candidate(fig: Figure, folder: Path) -> None:
-    """The check, the PNG from its draw (`drawn_png`), the PDF drawn by savefig."""
+def candidate(ctx: RunContext, fig: Figure, folder: Path) -> None:
+    """The check, the PNG from its draw (`drawn_png`), the PDF drawn by savefig, as
+    `RunContext.save_figure` would with the candidate (``ctx`` unused: the same signature)."""
     layout_problems(fig)
     drawn_png(fig, folder / "candidate.png")
     io.save_figure(fig, folder / "candidate.pdf")
+
+
+def report(kept: dict[str, Kept], steps: int, rounds: int) -> None:
+    """Time both ways on the ``kept`` figures, alternately, and print them."""
+    ways: dict[str, Callable[[RunContext, Figure, Path], None]] = {
+        "as written": as_written,
+        "candidate": candidate,
+    }
+    best = {(name, way): float("inf") for name in kept for way in ways}
+    same = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        for _ in range(rounds):
+            for name, figs in kept.items():
+                for way, write in ways.items():
+                    start = time.perf_counter()
+                    for ctx, fig in figs:
+                        write(ctx, fig, folder)
+                    best[name, way] = min(best[name, way], time.perf_counter() - start)
+        for figs in kept.values():
+            for ctx, fig in figs:
+                as_written(ctx, fig, folder)
+                candidate(ctx, fig, folder)
+                png = (folder / "as_written.png").read_bytes()
+                same += png == (folder / "candidate.png").read_bytes()
+    total = {way: sum(best[name, way] for name in kept) for way in ways}
+    count = sum(len(figs) for figs in kept.values())
+    print(f"{count} figures of {len(kept)} experiments (ci layout, trainings cut to "
+          f"{steps} steps); seconds to check and write each experiment's figures as "
+          f"written and by the candidate, fastest "
+          f"of {rounds} alternating rounds")  # fmt: skip
+    for name in sorted(kept, key=lambda n: -best[n, "as written"]):
+        b, n = best[name, "as written"], best[name, "candidate"]
+        print(f"  {name:<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
+    b, n = total["as written"], total["candidate"]
+    print(f"  {'all':<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
+    print(f"PNG bytes the same both ways: {same} of {count} figures")
 
 
 def main() -> None:
@@ -104,40 +144,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="training steps per training")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds; fastest kept")
     args = parser.parse_args()
-    kept = figures(args.experiments, args.steps)
-    ways: dict[str, Callable[[Figure, Path], None]] = {
-        "as written": as_written,
-        "candidate": candidate,
-    }
-    best = {(name, way): float("inf") for name in kept for way in ways}
-    same = 0
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
-        for _ in range(args.rounds):
-            for name, figs in kept.items():
-                for way, write in ways.items():
-                    start = time.perf_counter()
-                    for fig in figs:
-                        write(fig, folder)
-                    best[name, way] = min(best[name, way], time.perf_counter() - start)
-        for figs in kept.values():
-            for fig in figs:
-                as_written(fig, folder)
-                candidate(fig, folder)
-                png = (folder / "as_written.png").read_bytes()
-                same += png == (folder / "candidate.png").read_bytes()
-    total = {way: sum(best[name, way] for name in kept) for way in ways}
-    count = sum(len(figs) for figs in kept.values())
-    print(f"{count} figures of {len(kept)} experiments (ci layout, trainings cut to "
-          f"{args.steps} steps); seconds to check and write each experiment's figures as "
-          f"written and by the candidate, fastest "
-          f"of {args.rounds} alternating rounds")  # fmt: skip
-    for name in sorted(kept, key=lambda n: -best[n, "as written"]):
-        b, n = best[name, "as written"], best[name, "candidate"]
-        print(f"  {name:<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
-    b, n = total["as written"], total["candidate"]
-    print(f"  {'all':<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
-    print(f"PNG bytes the same both ways: {same} of {count} figures")
+    close, plt.close = plt.close, lambda *_: None  # each figure is written again below
+    try:
+        kept = figures(args.experiments, args.steps)
+        report(kept, args.steps, args.rounds)
+    finally:
+        plt.close = close
 
 
 if __name__ == "__main__":
