@@ -19,6 +19,13 @@ full suite (52 minutes measured for ``aten-default`` on 2 cores). ``--papers`` r
 the named papers' experiments (their Snakemake targets) and replaces only their part of the
 record.
 
+The native run and the perturbed ones are independent clones, so several may run at the same
+time (`suites_at_once`): a suite whose longest chain of rules is most of its time keeps about
+one core busy whatever Snakemake's ``--cores`` (paper D at ci: ``two_layer_maps``, then
+Tables 3 and 4, about 1,000 of its 1,050 CPU-seconds), and two such suites on two cores take
+the time of one. A suite's results do not depend on how many run beside it: each job's torch
+threads are ``runtime.threads`` of its clone's params.yaml, whatever cores Snakemake has.
+
 In each clone the claims files lose their ``cpu_dependent`` marks before the run: there a
 claim's verdict is its run's own evidence, the one compared, and the loader does not ask the
 record being remade to back a mark (`replicate.claim_files._check_cpu_dependence`).
@@ -71,10 +78,13 @@ from __future__ import annotations
 
 import copy
 import datetime
+import math
+import os
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +99,7 @@ from replicate.claim_files import (
     write_stability,
 )
 from replicate.params import PAPERS, ConfigError, Params
+from replicate.plan import critical_path_seconds, expected_seconds
 from replicate.sources import paper_digest
 from replicate.suite import Perturbation, clone_project, run_in_clone
 from replicate.verdicts import ClaimRecord
@@ -286,6 +297,50 @@ def _papers(params: Params, papers: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+def suites_at_once(total: float, chain: float, suites: int, cores: int) -> int:
+    """How many of ``suites`` runs of the same experiments to run at the same time on
+    ``cores`` cores, each run's Snakemake given ``cores // k`` of them: the ``k`` whose
+    expected wall time, ``ceil(suites / k) * max(chain, total / (cores // k))``, is least
+    (the fewest on a tie). ``total``: the experiments' expected seconds summed; ``chain``:
+    their longest chain of rules (`replicate.plan.critical_path_seconds`), under which no
+    number of cores takes a run. Unknown timings (``total`` 0) run one suite at a time."""
+    if total <= 0 or suites < 2 or cores < 2:
+        return 1
+    candidates = range(1, min(suites, cores) + 1)
+    return min(
+        candidates,
+        key=lambda k: (math.ceil(suites / k) * max(chain, total / (cores // k)), k),
+    )
+
+
+def _cores(cores: str) -> int:
+    """Snakemake's ``--cores`` as a number: ``all`` is the cores this process may use."""
+    if cores == "all":
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
+    return int(cores)
+
+
+def _planned_at_once(
+    params: Params, papers: tuple[str, ...], suites: int, cores: str, root: Path
+) -> int:
+    """`suites_at_once` for ``papers``' experiments from their expected seconds at the
+    active scale (`replicate.plan.expected_seconds`: the last run's timings, else the cost
+    plan); one at a time where a GPU is visible."""
+    import torch
+
+    if torch.cuda.is_available():
+        return 1  # the suites would share the accelerator, which the plan does not count
+    names = [n for n, e in params.experiments.items() if e.paper in papers]
+    seconds = expected_seconds(params.scale, names, root)
+    upstream = {n: params.upstream_of(n) for n in names}
+    chain = max(critical_path_seconds(seconds, upstream).values(), default=0.0)
+    return suites_at_once(sum(seconds.values()), chain, suites, _cores(cores))
+
+
 def stability(
     params: Params,
     names: list[str],
@@ -293,10 +348,13 @@ def stability(
     root: Path = Path("."),
     workdir: Path | None = None,
     cores: str = "all",
+    at_once: int | None = None,
 ) -> Path:
     """Run ``papers``' experiments (default: every paper's) natively and under each
-    perturbation in ``names``, and write what changed into ``claims/stability.json``
-    (after each perturbation, keeping the other papers' and perturbations' entries)."""
+    perturbation in ``names``, ``at_once`` runs at the same time (default: as
+    `suites_at_once` plans), and write what changed into ``claims/stability.json`` (after
+    each perturbation, in the order of ``names``, keeping the other papers' and
+    perturbations' entries)."""
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ConfigError(
@@ -308,6 +366,8 @@ def stability(
     content = _earlier(path, params.scale)
     date = datetime.datetime.now(datetime.UTC).date().isoformat()
     cpu = cpu_model()
+    if at_once is None:
+        at_once = _planned_at_once(params, chosen, len(names) + 1, cores, root)
     with tempfile.TemporaryDirectory(prefix="replicate-stability-") as scratch:
         suite = _Suite(
             root=root.resolve(),
@@ -317,33 +377,47 @@ def stability(
             claims_dir=params.claims_dir.resolve().relative_to(root.resolve()),
             workdir=workdir or Path(scratch),
             logs=root / "logs" / "stability",
-            cores=cores,
+            cores=cores if at_once == 1 else str(max(1, _cores(cores) // at_once)),
         )
-        print(f"stability: running {', '.join(chosen)} at {commit} as committed ...")
+        print(
+            f"stability: running {', '.join(chosen)} at {commit} as committed and under "
+            f"{', '.join(names) or 'nothing else'}, {at_once} at a time ..."
+        )
         clone = suite.clone(NATIVE)
         digests = {paper: paper_digest(paper, clone) for paper in chosen}
-        native = suite.run(clone, NATIVE, Perturbation("nothing"))
-        for name in names:
+
+        def timed(name: str) -> tuple[list[ClaimRecord], int]:
+            """Perturbation ``name``'s run in a clone of its own, and its wall seconds."""
             perturbation = CHECKS[name]
             print(f"stability: running {', '.join(chosen)} under {name} ({perturbation.what}) ...")
             start = time.monotonic()
             records = suite.run(suite.clone(name), name, perturbation)
-            run = {
-                "commit": commit,
-                "date": date,
-                "cpu": cpu,
-                "seconds": round(time.monotonic() - start),
+            return records, round(time.monotonic() - start)
+
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            started: dict[str, Future[Any]] = {
+                NATIVE: pool.submit(suite.run, clone, NATIVE, Perturbation("nothing"))
             }
-            checks = {p: paper_check(p, run, digests[p], native, records) for p in chosen}
-            content = merge(content, params.scale, name, checks)
-            write_stability(path, content)
-            for paper, check in checks.items():
-                print(summary_line(name, paper, check))
-                for row in check["verdicts_changed"]:
-                    print(
-                        f"  {row['id']}: {row['verdict']} ({row['measured']}) -> "
-                        f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
-                    )
+            started.update((name, pool.submit(timed, name)) for name in names)
+            try:
+                native = started[NATIVE].result()
+                for name in names:
+                    records, seconds = started[name].result()
+                    run = {"commit": commit, "date": date, "cpu": cpu, "seconds": seconds}
+                    checks = {p: paper_check(p, run, digests[p], native, records) for p in chosen}
+                    content = merge(content, params.scale, name, checks)
+                    write_stability(path, content)
+                    for paper, check in checks.items():
+                        print(summary_line(name, paper, check))
+                        for row in check["verdicts_changed"]:
+                            print(
+                                f"  {row['id']}: {row['verdict']} ({row['measured']}) -> "
+                                f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
+                            )
+            except BaseException:
+                for future in started.values():  # the runs not started yet; the others end
+                    future.cancel()
+                raise
     return path
 
 

@@ -22,7 +22,7 @@ from replicate.claim_files import load_claims, read_stability, stability_file
 from replicate.config import load_params
 from replicate.params import ConfigError
 from replicate.sources import paper_digest
-from replicate.stability import REDRAWS, compare, stability
+from replicate.stability import REDRAWS, compare, stability, suites_at_once
 from replicate.suite import _edit_params
 from replicate.verdicts import ClaimRecord
 
@@ -61,6 +61,21 @@ def test_compare_counts_a_claim_absent_on_one_side_as_changed() -> None:
 def test_compare_of_identical_runs_finds_nothing() -> None:
     records = [_record("a", "holds", 1.0), _record("b", "holds", 2.0)]
     assert compare(records, records) == {"claims": 2, "values_moved": 0, "verdicts_changed": []}
+
+
+def test_suites_whose_longest_chain_is_most_of_their_time_run_side_by_side() -> None:
+    """Paper D at ci (1,218 s of rules, 1,012 s of them in its longest chain) keeps one of
+    two cores busy: its four suites run two at a time. A suite that fills both cores (paper C:
+    752 s, a chain of 287 s; or every paper) runs alone; so does every suite on one core, or
+    where no timing is known."""
+    assert suites_at_once(1218.0, 1012.0, suites=4, cores=2) == 2
+    assert suites_at_once(752.0, 287.0, suites=4, cores=2) == 1
+    assert suites_at_once(2572.0, 1012.0, suites=4, cores=2) == 1
+    assert suites_at_once(1218.0, 1012.0, suites=4, cores=1) == 1
+    assert suites_at_once(0.0, 0.0, suites=4, cores=2) == 1
+    # Sixteen cores: four suites of a chain-bound paper all at once, four cores each.
+    assert suites_at_once(1218.0, 1012.0, suites=4, cores=16) == 4
+    assert suites_at_once(1218.0, 1012.0, suites=1, cores=16) == 1
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +127,11 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     project: Path, tmp_path: Path
 ) -> None:
     params = load_params(project / "params.yaml", scale="ci")
-    path = stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="1")
+    # The native and the perturbed suite side by side, one core each.
+    path = stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="2", at_once=2)
     assert path == stability_file(params.claims_dir)
+    for name in ("native", "threads-2"):
+        assert "\nProvided cores: 1 " in (project / f"logs/stability/{name}.log").read_text()
     record = read_stability(path)  # as the command wrote it: its digest matches
     entry = record.perturbations["threads-2"]
     claims = json.loads((project / "results/ci/claims.json").read_text())
