@@ -76,10 +76,12 @@ needs more seeds or longer runs (a mark does not rest on it).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -341,6 +343,17 @@ def _planned_at_once(
     return suites_at_once(sum(seconds.values()), chain, suites, _cores(cores))
 
 
+def _interrupt_children() -> None:
+    """SIGINT to every process this one started (the running suites' Snakemake and their
+    jobs), as a terminal's Ctrl-C sends it: each Snakemake stops its jobs and exits, so the
+    threads waiting for them return."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(signal.SIGINT)
+
+
 def stability(
     params: Params,
     names: list[str],
@@ -415,8 +428,9 @@ def stability(
                                 f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
                             )
             except BaseException:
-                for future in started.values():  # the runs not started yet; the others end
+                for future in started.values():  # the runs not started yet
                     future.cancel()
+                _interrupt_children()  # the running ones, whose threads the pool waits for
                 raise
     return path
 
