@@ -10,13 +10,17 @@ are tested in test_stability_record.py."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from replicate import stability as stability_module
 from replicate.checkout import RefusedRecording
 from replicate.claim_files import load_claims, read_stability, stability_file
 from replicate.config import load_params
@@ -153,6 +157,29 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     assert after["local_global"]["claims"] == before["local_global"]["claims"]
     assert not (tmp_path / "threads-2/results/ci/attn_markov").exists()
     assert (tmp_path / "threads-2/results/ci/local_global").is_dir()
+
+
+def test_a_failed_suite_stops_the_suite_running_beside_it(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native suite fails while the perturbed one runs beside it: the check stops the
+    running one (SIGINT, as Ctrl-C) instead of waiting for it, and reports the failure."""
+    params = load_params(project / "params.yaml", scale="ci")
+    running, codes = threading.Event(), []
+
+    def run(suite: object, clone: Path, name: str, perturbation: object) -> list[ClaimRecord]:
+        if name == "native":
+            assert running.wait(60)
+            raise RuntimeError("the suite under native failed")
+        beside = subprocess.Popen(["sleep", "60"])
+        running.set()
+        codes.append(beside.wait())
+        return []
+
+    monkeypatch.setattr(stability_module._Suite, "run", run)
+    with pytest.raises(RuntimeError, match="under native failed"):
+        stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="2", at_once=2)
+    assert codes == [-signal.SIGINT]
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="needs this environment's snakemake")
