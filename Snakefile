@@ -23,7 +23,7 @@ from replicate.config import DEFAULT_PARAMS, load_params, read_params_file
 from replicate.params import ConfigError, ResourceRequest, logs_dir, value_at
 from replicate.report import captions, claims_caption, console_summary, stored_records
 from replicate.verdicts import ClaimsOutputs
-from replicate.plan import critical_path_seconds, expected_seconds, read_resources
+from replicate.timings import critical_path_seconds, expected_seconds, read_resources
 from replicate.record import record_in_dvc
 from replicate.sources import CODE_ROOT, claims_sources, experiment_digest, source_digest
 

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 def _record_timing(path: Path) -> None:
     """Append this process's wall seconds (from its start), peak memory (MB) and CPU seconds
     as a row in Snakemake's benchmark format (the columns Snakemake's ``benchmark:`` starts
-    with), read by `replicate.plan.expected_seconds`."""
+    with), read by `replicate.timings.expected_seconds`."""
     import datetime
     import resource
     import time

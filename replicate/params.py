@@ -36,7 +36,7 @@ def logs_dir(scale: str) -> Path:
 
 def timings_dir(scale: str) -> Path:
     """Per-experiment timings of the last run at ``scale`` (untracked), read by
-    `replicate.plan.expected_seconds`. `python -m replicate run` writes them rather than
+    `replicate.timings.expected_seconds`. `python -m replicate run` writes them rather than
     Snakemake's ``benchmark:``, which Snakemake counts as a rule output: outputs pulled from
     a DVC remote into a fresh clone would look incomplete without the timing file."""
     return logs_dir(scale) / "benchmarks"

@@ -85,7 +85,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,9 +101,9 @@ from replicate.claim_files import (
     write_stability,
 )
 from replicate.params import PAPERS, ConfigError, Params
-from replicate.plan import critical_path_seconds, expected_seconds
 from replicate.sources import paper_digest
 from replicate.suite import Perturbation, clone_project, run_in_clone
+from replicate.timings import critical_path_seconds, expected_seconds
 from replicate.verdicts import ClaimRecord
 
 PERTURBATIONS: dict[str, Perturbation] = {
@@ -196,6 +196,15 @@ class _Suite:
         ]
         run_in_clone(clone, name, perturbation, commands, self.logs / f"{name}.log")
         return [r for r in verdicts.load_records(self.scale, clone) if r.paper in self.papers]
+
+    def timed_run(self, name: str) -> tuple[list[ClaimRecord], int]:
+        """Perturbation ``name``'s `run` in a clone of its own (`clone`), and its wall
+        seconds."""
+        perturbation = CHECKS[name]
+        print(f"stability: running {', '.join(self.papers)} under {name} ({perturbation.what}) ...")
+        start = time.monotonic()
+        records = self.run(self.clone(name), name, perturbation)
+        return records, round(time.monotonic() - start)
 
 
 def _own(record: ClaimRecord) -> str:
@@ -304,7 +313,7 @@ def suites_at_once(total: float, chain: float, suites: int, cores: int) -> int:
     ``cores`` cores, each run's Snakemake given ``cores // k`` of them: the ``k`` whose
     expected wall time, ``ceil(suites / k) * max(chain, total / (cores // k))``, is least
     (the fewest on a tie). ``total``: the experiments' expected seconds summed; ``chain``:
-    their longest chain of rules (`replicate.plan.critical_path_seconds`), under which no
+    their longest chain of rules (`replicate.timings.critical_path_seconds`), under which no
     number of cores takes a run. Unknown timings (``total`` 0) run one suite at a time."""
     if total <= 0 or suites < 2 or cores < 2:
         return 1
@@ -330,7 +339,7 @@ def _planned_at_once(
     params: Params, papers: tuple[str, ...], suites: int, cores: str, root: Path
 ) -> int:
     """`suites_at_once` for ``papers``' experiments from their expected seconds at the
-    active scale (`replicate.plan.expected_seconds`: the last run's timings, else the cost
+    active scale (`replicate.timings.expected_seconds`: the last run's timings, else the cost
     plan); one at a time where a GPU is visible."""
     import torch
 
@@ -398,41 +407,49 @@ def stability(
         )
         clone = suite.clone(NATIVE)
         digests = {paper: paper_digest(paper, clone) for paper in chosen}
-
-        def timed(name: str) -> tuple[list[ClaimRecord], int]:
-            """Perturbation ``name``'s run in a clone of its own, and its wall seconds."""
-            perturbation = CHECKS[name]
-            print(f"stability: running {', '.join(chosen)} under {name} ({perturbation.what}) ...")
-            start = time.monotonic()
-            records = suite.run(suite.clone(name), name, perturbation)
-            return records, round(time.monotonic() - start)
-
-        with ThreadPoolExecutor(max_workers=at_once) as pool:
-            started: dict[str, Future[Any]] = {
-                NATIVE: pool.submit(suite.run, clone, NATIVE, Perturbation("nothing"))
-            }
-            started.update((name, pool.submit(timed, name)) for name in names)
-            try:
-                native = started[NATIVE].result()
-                for name in names:
-                    records, seconds = started[name].result()
-                    run = {"commit": commit, "date": date, "cpu": cpu, "seconds": seconds}
-                    checks = {p: paper_check(p, run, digests[p], native, records) for p in chosen}
-                    content = merge(content, params.scale, name, checks)
-                    write_stability(path, content)
-                    for paper, check in checks.items():
-                        print(summary_line(name, paper, check))
-                        for row in check["verdicts_changed"]:
-                            print(
-                                f"  {row['id']}: {row['verdict']} ({row['measured']}) -> "
-                                f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
-                            )
-            except BaseException:
-                for future in started.values():  # the runs not started yet
-                    future.cancel()
-                _interrupt_children()  # the running ones, whose threads the pool waits for
-                raise
+        for name, native, records, seconds in _side_by_side(suite, clone, names, at_once):
+            run = {"commit": commit, "date": date, "cpu": cpu, "seconds": seconds}
+            checks = {p: paper_check(p, run, digests[p], native, records) for p in chosen}
+            content = merge(content, params.scale, name, checks)
+            write_stability(path, content)
+            _print_checks(name, checks)
     return path
+
+
+def _side_by_side(
+    suite: _Suite, clone: Path, names: list[str], at_once: int
+) -> Iterator[tuple[str, list[ClaimRecord], list[ClaimRecord], int]]:
+    """The native run (in ``clone``) and each perturbation's, ``at_once`` at a time: per
+    perturbation, in the order of ``names``, its name, the native records, its records and
+    its wall seconds, as soon as both runs are done. A failure or an interrupt cancels the
+    runs not started and stops the running ones (`_interrupt_children`), whose threads the
+    pool would otherwise wait for."""
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        started: dict[str, Future[Any]] = {
+            NATIVE: pool.submit(suite.run, clone, NATIVE, Perturbation("nothing"))
+        }
+        started.update((name, pool.submit(suite.timed_run, name)) for name in names)
+        try:
+            native = started[NATIVE].result()
+            for name in names:
+                records, seconds = started[name].result()
+                yield name, native, records, seconds
+        except BaseException:
+            for future in started.values():
+                future.cancel()
+            _interrupt_children()
+            raise
+
+
+def _print_checks(name: str, checks: Mapping[str, Mapping[str, Any]]) -> None:
+    """Perturbation ``name``'s `summary_line` per paper, then each verdict it changed."""
+    for paper, check in checks.items():
+        print(summary_line(name, paper, check))
+        for row in check["verdicts_changed"]:
+            print(
+                f"  {row['id']}: {row['verdict']} ({row['measured']}) -> "
+                f"{row['perturbed_verdict']} ({row['perturbed_measured']})"
+            )
 
 
 def summary_line(name: str, paper: str, check: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lightning_modules import ChainMember, GPTConfig, OptimConfig
-from replicate import plan
+from replicate import plan, timings
 from replicate.config import load_params
 from replicate.markov import binary_kernel
 from replicate.params import ResourceRequest
@@ -81,12 +81,12 @@ def test_plan_on_a_tiny_scale(
     assert len(rows) == 2 + len(costs) + 1 and rows[-1].startswith("| **total**")
 
     written = plan.write_resources(costs, "ci", root=tmp_path)
-    assert written == plan.planned_resources_file("ci", tmp_path)
-    requests = plan.read_resources("ci", root=tmp_path)
+    assert written == timings.planned_resources_file("ci", tmp_path)
+    requests = timings.read_resources("ci", root=tmp_path)
     assert requests["attn_markov_fig3"] == fig3.request().model_dump(exclude_none=True)
     assert fig3.request().runtime >= plan.MIN_RUNTIME
     assert fig3.request().mem_mb >= fig3.peak_mb * plan.MEMORY_MARGIN
-    expected = plan.expected_seconds("ci", ["attn_markov_fig3"], root=tmp_path)
+    expected = timings.expected_seconds("ci", ["attn_markov_fig3"], root=tmp_path)
     assert expected["attn_markov_fig3"] == round(fig3.seconds, 1)
 
 
@@ -131,6 +131,6 @@ def test_planned_requests_sit_between_the_default_and_the_experiments_own() -> N
 def test_critical_path_adds_the_longest_downstream_chain() -> None:
     seconds = {"a": 75.0, "b": 160.0, "c": 120.0, "d": 10.0, "e": 30.0}
     upstream = {"a": None, "b": "a", "c": None, "d": "a", "e": "d"}
-    length = plan.critical_path_seconds(seconds, upstream)
+    length = timings.critical_path_seconds(seconds, upstream)
     assert length == {"a": 235.0, "b": 160.0, "c": 120.0, "d": 40.0, "e": 30.0}
     assert length["a"] > length["c"]  # the short rule others wait for starts first
