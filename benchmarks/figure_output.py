@@ -1,21 +1,17 @@
-"""Writing the figures as the experiments do, against a candidate that draws each figure once
-for the layout check and the PNG and once for the PDF, side by side (printed, never
-asserted).
+"""Writing the figures as the experiments do against the way they were written before, side
+by side (printed, never asserted).
 
-Every experiment's figure is drawn five times (`RunContext.save_figure`): once on the Agg
-canvas for the layout check (`replicate.plotting.layout_problems`), then by `Figure.savefig`
-for the PNG and for the PDF, each of which lays a figure with a layout engine (even the
-placeholder `tight_layout` leaves) out by a draw of its own before the draw it renders. The
-candidate writes the PNG from the pixels of the check's own draw (`drawn_png`:
-`FigureCanvasAgg.print_png`'s write without its draw), so the PNG is the very image whose
-layout was checked, and the PDF with the layout engine removed: one vector draw at the
-positions the check read. This script runs the experiments at ci scale with every training
-cut to ``--steps`` steps (`replicate.training.Calibration`: the figures have the ci layout,
-their curves are short), keeps each figure, and times, in alternating rounds (the fastest
-kept), the check with both files written as the experiments write them and by the
-candidate; and counts the figures whose PNG bytes are the same both ways (a figure whose
-constrained layout still moves from one draw to the next is not). Taking it changes every
-experiment's code: docs/performance.md says what that needs.
+Before, every figure was drawn five times (the check, then `Figure.savefig` for the PNG and
+for the PDF, each of which lays a figure with a layout engine out by a draw of its own
+before the draw it renders). As written (`RunContext.save_figure`), one Agg draw serves the
+layout check (`replicate.plotting.layout_problems`) and the PNG (`replicate.io.save_drawn_png`:
+the pixels of that draw), and the PDF is one vector draw at the positions the check read
+(the layout engine removed). This script runs the experiments at ci scale with every
+training cut to ``--steps`` steps (`replicate.training.Calibration`: the figures have the ci
+layout, their curves are short), keeps each figure, and times, in alternating rounds (the
+fastest kept), the check with both files written both ways; and counts the figures whose PNG
+bytes are the same both ways (a figure whose constrained layout still moves from one draw to
+the next is not: its PNG is now the draw that was checked).
 
     python benchmarks/figure_output.py [--steps 8] [--rounds 2] [EXPERIMENT ...]
 """
@@ -25,15 +21,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-import matplotlib as mpl
 import matplotlib.pyplot as plt
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.image import imsave
 
 from replicate import io
 from replicate.config import load_params
@@ -45,6 +39,18 @@ from replicate.training import Calibration
 REPO = Path(__file__).resolve().parents[1]
 Kept = list[tuple[RunContext, Figure]]
 """An experiment's figures, each with the run context that saved it."""
+
+
+@contextmanager
+def layout_kept(fig: Figure) -> Iterator[None]:
+    """``fig``'s layout engine put back afterwards: `RunContext.save_figure` removes it, and
+    every way must start from the figure as the experiment made it."""
+    engine = fig.get_layout_engine()
+    try:
+        yield
+    finally:
+        if engine is not None:
+            fig.set_layout_engine(engine)
 
 
 def figures(experiments: list[str], steps: int) -> dict[str, Kept]:
@@ -66,7 +72,8 @@ def figures(experiments: list[str], steps: int) -> dict[str, Kept]:
     keep = RunContext.save_figure
 
     def keeping(ctx: RunContext, fig: Figure, stem: str = "figure") -> None:
-        keep(ctx, fig, stem)
+        with layout_kept(fig):
+            keep(ctx, fig, stem)
         kept.setdefault(ctx.name, []).append((ctx, fig))
 
     RunContext.save_figure = keeping  # type: ignore[method-assign]
@@ -79,45 +86,25 @@ def figures(experiments: list[str], steps: int) -> dict[str, Kept]:
     return {name: kept.get(name, []) for name in chosen}
 
 
-def drawn_png(fig: Figure, path: Path) -> None:
-    """The candidate: the pixels of ``fig``'s last draw on its Agg canvas written as a PNG,
-    without drawing it again (what `FigureCanvasAgg.print_png` writes after its own draw;
-    no Software key, as `replicate.io.save_figure`)."""
-    canvas = fig.canvas
-    if not isinstance(canvas, FigureCanvasAgg) or getattr(canvas, "renderer", None) is None:
-        raise ValueError(f"{path}: the figure has not been drawn on an Agg canvas")
-    imsave(path, canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi,
-           metadata={"Software": None})  # fmt: skip
+def before(ctx: RunContext, fig: Figure, folder: Path) -> None:
+    """The way figures were written before (``ctx`` unused: the same signature): the check,
+    then the PNG and the PDF each by `Figure.savefig`, which lays the figure out anew."""
+    layout_problems(fig)
+    io.save_figure(fig, folder / "before.png")
+    io.save_figure(fig, folder / "before.pdf")
 
 
 def as_written(ctx: RunContext, fig: Figure, folder: Path) -> None:
-    """`RunContext.save_figure` itself, into ``folder``: the check, then the PNG and the PDF
-    each drawn by savefig."""
-    replace(ctx, out_dir=folder, written=[], layout_problems=[]).save_figure(fig, "as_written")
-
-
-def candidate(ctx: RunContext, fig: Figure, folder: Path) -> None:
-    """The check, the PNG from its draw (`drawn_png`), then the PDF by savefig with the
-    figure's layout engine removed, so that it is one draw at the positions the check read
-    (``ctx`` unused: the same signature). The engine is put back for the next round."""
-    layout_problems(fig)
-    drawn_png(fig, folder / "candidate.png")
-    engine = fig.get_layout_engine()
-    # None, not "none": the placeholder "none" leaves would still ask savefig for a pass
-    with mpl.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
-        fig.set_layout_engine(None)
-    try:
-        io.save_figure(fig, folder / "candidate.pdf")
-    finally:
-        if engine is not None:
-            fig.set_layout_engine(engine)
+    """`RunContext.save_figure` itself, into ``folder``."""
+    with layout_kept(fig):
+        replace(ctx, out_dir=folder, written=[], layout_problems=[]).save_figure(fig, "as_written")
 
 
 def report(kept: dict[str, Kept], steps: int, rounds: int) -> None:
     """Time both ways on the ``kept`` figures, alternately, and print them."""
     ways: dict[str, Callable[[RunContext, Figure, Path], None]] = {
+        "before": before,
         "as written": as_written,
-        "candidate": candidate,
     }
     best = {(name, way): float("inf") for name in kept for way in ways}
     same = 0
@@ -132,21 +119,20 @@ def report(kept: dict[str, Kept], steps: int, rounds: int) -> None:
                     best[name, way] = min(best[name, way], time.perf_counter() - start)
         for figs in kept.values():
             for ctx, fig in figs:
+                before(ctx, fig, folder)
                 as_written(ctx, fig, folder)
-                candidate(ctx, fig, folder)
                 png = (folder / "as_written.png").read_bytes()
-                same += png == (folder / "candidate.png").read_bytes()
+                same += png == (folder / "before.png").read_bytes()
     total = {way: sum(best[name, way] for name in kept) for way in ways}
     count = sum(len(figs) for figs in kept.values())
     print(f"{count} figures of {len(kept)} experiments (ci layout, trainings cut to "
           f"{steps} steps); seconds to check and write each experiment's figures as "
-          f"written and by the candidate, fastest "
-          f"of {rounds} alternating rounds")  # fmt: skip
-    for name in sorted(kept, key=lambda n: -best[n, "as written"]):
-        b, n = best[name, "as written"], best[name, "candidate"]
-        print(f"  {name:<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
-    b, n = total["as written"], total["candidate"]
-    print(f"  {'all':<28} as-written {b:6.2f} s   candidate {n:6.2f} s   {b / n:5.2f}x")
+          f"before and as written, fastest of {rounds} alternating rounds")  # fmt: skip
+    for name in sorted(kept, key=lambda n: -best[n, "before"]):
+        b, n = best[name, "before"], best[name, "as written"]
+        print(f"  {name:<28} before {b:6.2f} s   as-written {n:6.2f} s   {b / n:5.2f}x")
+    b, n = total["before"], total["as written"]
+    print(f"  {'all':<28} before {b:6.2f} s   as-written {n:6.2f} s   {b / n:5.2f}x")
     print(f"PNG bytes the same both ways: {same} of {count} figures")
 
 

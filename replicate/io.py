@@ -125,6 +125,27 @@ def save_figure(fig: Figure, path: Path) -> None:
     _atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix[1:], metadata=metadata))
 
 
+def save_drawn_png(fig: Figure, path: Path) -> None:
+    """Write the pixels of ``fig``'s last draw on its Agg canvas as a PNG, without drawing
+    it again: the bytes `save_figure` writes for a PNG, which draws first
+    (`FigureCanvasAgg.print_png` is that draw, then this write). Call it right after a draw
+    at the figure's own resolution (`replicate.plotting.layout_problems` draws one)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.image import imsave
+
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg) or getattr(canvas, "renderer", None) is None:
+        raise ValueError(f"{path}: the figure has not been drawn on an Agg canvas")
+    pixels = canvas.buffer_rgba()
+    metadata = {"Software": None}
+    _atomic(
+        path,
+        lambda tmp: imsave(
+            tmp, pixels, format="png", origin="upper", dpi=fig.dpi, metadata=metadata
+        ),
+    )
+
+
 class MalformedFile(ValueError):
     """An output file that exists but cannot be used; the message names the file."""
 

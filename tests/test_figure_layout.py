@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from replicate import plotting
+from replicate import io, plotting
 from replicate.experiments.base import RunContext
 from replicate.params import SCALES, Classification, ExperimentEntry
 from replicate.training import TrainingContext
@@ -144,6 +144,61 @@ def test_save_figure_records_problems_and_writes_the_figure(tmp_path: Path) -> N
     assert ctx.layout_problems == [
         'crowded: text of panel 0 "first words" overlaps text of panel 0 "second words"'
     ]
+
+
+def _context(tmp_path: Path) -> RunContext:
+    entry = ExperimentEntry(
+        paper="attn_markov",
+        item="check",
+        title="a figure",
+        source="none",
+        outputs=["figure.png", "figure.pdf"],
+        settings={scale: {} for scale in SCALES},
+    )
+    shared = Classification(bigram_kappa_min=0.9, unigram_kappa_max=0.1, unigram_kappa_min=-0.2)
+    return RunContext("check", entry, "ci", tmp_path, shared, TrainingContext())
+
+
+def test_a_figure_is_drawn_once_for_the_check_and_the_png_and_once_for_the_pdf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A figure laid out by constrained layout (paper C's) is drawn on the Agg canvas once,
+    for the layout check and the PNG, and once for the PDF, at the positions of the checked
+    draw: no layout engine is left to lay it out anew (`Figure.savefig` would lay it out by
+    a draw of its own before rendering each file: five draws in all)."""
+    fig, axes = plt.subplots(1, 2, figsize=(6, 3), layout="constrained")
+    for ax in axes:
+        ax.plot([0, 1, 2], [0.2, 0.5, 0.4])
+        ax.set(title="a panel", xlabel="training iteration", ylabel="test loss (nats)")
+    drawn = []
+    original = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda f, r: (drawn.append(r), original(f, r))[1])
+    engines, save = [], io.save_figure
+    monkeypatch.setattr(
+        io, "save_figure", lambda f, p: (engines.append(f.get_layout_engine()), save(f, p))[1]
+    )
+    _context(tmp_path).save_figure(fig)
+    assert [type(r).__name__ for r in drawn] == ["RendererAgg", "MixedModeRenderer"]
+    assert engines == [None]
+    assert (tmp_path / "figure.png").stat().st_size > 0
+    assert (tmp_path / "figure.pdf").stat().st_size > 0
+
+
+def test_the_png_is_what_savefig_writes_and_an_undrawn_figure_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The PNG written from the check's draw has the bytes `Figure.savefig` writes for the
+    same figure (one laid out by tight layout draws the same every time)."""
+    _context(tmp_path).save_figure(_clean_figure())
+    again = _clean_figure()
+    again.savefig(tmp_path / "by savefig.png", metadata={"Software": None})
+    assert (tmp_path / "figure.png").read_bytes() == (tmp_path / "by savefig.png").read_bytes()
+    plt.close(again)
+    undrawn, _ = plt.subplots()
+    with pytest.raises(ValueError, match="has not been drawn"):
+        io.save_drawn_png(undrawn, tmp_path / "undrawn.png")
+    assert not (tmp_path / "undrawn.png").exists()
+    plt.close(undrawn)
 
 
 def test_no_figure_of_any_experiment_has_a_layout_problem(

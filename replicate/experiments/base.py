@@ -63,16 +63,21 @@ class RunContext:
         return Path(self.out_dir).parent / self.entry.upstream
 
     def save_figure(self, fig: Figure, stem: str = "figure") -> None:
-        """Check the figure's layout (into `layout_problems`), write ``stem``.png and
-        ``stem``.pdf, then release the figure."""
+        """Check the figure's layout (into `layout_problems`), write ``stem``.png (the pixels
+        of the very draw the check read, not a second draw) and ``stem``.pdf (one vector draw
+        at the positions that draw laid out: the figure's layout engine is removed, or
+        `Figure.savefig` would lay it out by a draw of its own first), then release it."""
+        import matplotlib as mpl
         import matplotlib.pyplot as plt
 
         from replicate.plotting import layout_problems
 
         self.layout_problems += [f"{stem}: {problem}" for problem in layout_problems(fig)]
-        for suffix in (".png", ".pdf"):
-            io.save_figure(fig, self.out_dir / f"{stem}{suffix}")
-            self.written.append(f"{stem}{suffix}")
+        io.save_drawn_png(fig, self.out_dir / f"{stem}.png")
+        with mpl.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+            fig.set_layout_engine(None)  # none at all: a placeholder would still ask for a pass
+        io.save_figure(fig, self.out_dir / f"{stem}.pdf")
+        self.written += [f"{stem}.png", f"{stem}.pdf"]
         plt.close(fig)
 
     def save_csv(self, frame: pd.DataFrame, name: str) -> None:
