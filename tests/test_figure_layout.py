@@ -122,41 +122,33 @@ def test_rotated_labels_are_compared_by_their_turned_boxes() -> None:
     plt.close(fig)
 
 
-def test_save_figure_records_problems_and_writes_the_figure(tmp_path: Path) -> None:
+def _context(tmp_path: Path, stems: tuple[str, ...] = ("figure",)) -> RunContext:
+    """A run context writing into ``tmp_path`` that expects each stem's PNG and PDF."""
     entry = ExperimentEntry(
         paper="attn_markov",
         item="check",
         title="a figure",
         source="none",
-        outputs=["clean.png", "clean.pdf", "crowded.png", "crowded.pdf"],
+        outputs=[f"{stem}{suffix}" for stem in stems for suffix in (".png", ".pdf")],
         settings={scale: {} for scale in SCALES},
     )
     shared = Classification(bigram_kappa_min=0.9, unigram_kappa_max=0.1, unigram_kappa_min=-0.2)
-    ctx = RunContext("check", entry, "ci", tmp_path, shared, TrainingContext())
+    return RunContext("check", entry, "ci", tmp_path, shared, TrainingContext())
+
+
+def test_save_figure_records_problems_and_writes_the_figure(tmp_path: Path) -> None:
+    ctx = _context(tmp_path, ("clean", "crowded"))
     ctx.save_figure(_clean_figure(), "clean")
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.text(0.40, 0.5, "first words", transform=ax.transAxes)
     ax.text(0.45, 0.5, "second words", transform=ax.transAxes)
     fig.tight_layout()
     ctx.save_figure(fig, "crowded")
-    assert sorted(ctx.written) == sorted(entry.outputs)
-    assert all((tmp_path / name).stat().st_size > 0 for name in entry.outputs)
+    assert sorted(ctx.written) == sorted(ctx.entry.outputs)
+    assert all((tmp_path / name).stat().st_size > 0 for name in ctx.entry.outputs)
     assert ctx.layout_problems == [
         'crowded: text of panel 0 "first words" overlaps text of panel 0 "second words"'
     ]
-
-
-def _context(tmp_path: Path) -> RunContext:
-    entry = ExperimentEntry(
-        paper="attn_markov",
-        item="check",
-        title="a figure",
-        source="none",
-        outputs=["figure.png", "figure.pdf"],
-        settings={scale: {} for scale in SCALES},
-    )
-    shared = Classification(bigram_kappa_min=0.9, unigram_kappa_max=0.1, unigram_kappa_min=-0.2)
-    return RunContext("check", entry, "ci", tmp_path, shared, TrainingContext())
 
 
 def test_a_figure_is_drawn_once_for_the_check_and_the_png_and_once_for_the_pdf(
