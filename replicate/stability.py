@@ -352,6 +352,15 @@ def _planned_at_once(
     return suites_at_once(sum(seconds.values()), chain, suites, _cores(cores))
 
 
+def _interruptible() -> None:
+    """Unblock SIGINT in the calling thread (a pool thread's initializer). A thread inherits
+    its signal mask from the thread that started it, and a process from the thread that
+    started it, across exec: a suite started from a thread with SIGINT blocked (a library
+    of the caller may have blocked it in the main thread) would ignore
+    `_interrupt_children`'s SIGINT and run to its end."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupt_children() -> None:
     """SIGINT to every process this one started (the running suites' Snakemake and their
     jobs), as a terminal's Ctrl-C sends it: each Snakemake stops its jobs and exits, so the
@@ -424,7 +433,7 @@ def _side_by_side(
     its wall seconds, as soon as both runs are done. A failure or an interrupt cancels the
     runs not started and stops the running ones (`_interrupt_children`), whose threads the
     pool would otherwise wait for."""
-    with ThreadPoolExecutor(max_workers=at_once) as pool:
+    with ThreadPoolExecutor(max_workers=at_once, initializer=_interruptible) as pool:
         started: dict[str, Future[Any]] = {
             NATIVE: pool.submit(suite.run, clone, NATIVE, Perturbation("nothing"))
         }

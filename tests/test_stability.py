@@ -159,11 +159,14 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     assert (tmp_path / "threads-2/results/ci/local_global").is_dir()
 
 
+@pytest.mark.parametrize("blocked", [False, True], ids=["SIGINT open", "SIGINT blocked"])
 def test_a_failed_suite_stops_the_suite_running_beside_it(
-    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocked: bool
 ) -> None:
     """The native suite fails while the perturbed one runs beside it: the check stops the
-    running one (SIGINT, as Ctrl-C) instead of waiting for it, and reports the failure."""
+    running one (SIGINT, as Ctrl-C) instead of waiting for it, and reports the failure; also
+    where the calling thread has SIGINT blocked (a process started from a thread with it
+    blocked keeps it blocked, and would run to its end)."""
     params = load_params(project / "params.yaml", scale="ci")
     running, codes = threading.Event(), []
 
@@ -177,8 +180,12 @@ def test_a_failed_suite_stops_the_suite_running_beside_it(
         return []
 
     monkeypatch.setattr(stability_module._Suite, "run", run)
-    with pytest.raises(RuntimeError, match="under native failed"):
-        stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="2", at_once=2)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT} if blocked else set())
+    try:
+        with pytest.raises(RuntimeError, match="under native failed"):
+            stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="2", at_once=2)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     assert codes == [-signal.SIGINT]
 
 
