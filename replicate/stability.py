@@ -84,6 +84,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -361,6 +362,24 @@ def _interruptible() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+@contextlib.contextmanager
+def _sigint_handled() -> Iterator[None]:
+    """Python's own SIGINT handler, for the duration, where the caller ignores SIGINT (a
+    command a non-interactive shell starts in the background does): an ignored signal stays
+    ignored across exec, so every suite started meanwhile would ignore
+    `_interrupt_children`'s SIGINT too, while a handler is reset to the default there. Only
+    the main thread can set a handler; elsewhere nothing changes."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    replace = ignored and threading.current_thread() is threading.main_thread()
+    if replace:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if replace:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _interrupt_children() -> None:
     """SIGINT to every process this one started (the running suites' Snakemake and their
     jobs), as a terminal's Ctrl-C sends it: each Snakemake stops its jobs and exits, so the
@@ -433,7 +452,7 @@ def _side_by_side(
     its wall seconds, as soon as both runs are done. A failure or an interrupt cancels the
     runs not started and stops the running ones (`_interrupt_children`), whose threads the
     pool would otherwise wait for."""
-    with ThreadPoolExecutor(max_workers=at_once, initializer=_interruptible) as pool:
+    with _sigint_handled(), ThreadPoolExecutor(at_once, initializer=_interruptible) as pool:
         started: dict[str, Future[Any]] = {
             NATIVE: pool.submit(suite.run, clone, NATIVE, Perturbation("nothing"))
         }

@@ -159,14 +159,15 @@ def test_a_neutral_rerun_of_code_that_trains_nothing_changes_no_verdict(
     assert (tmp_path / "threads-2/results/ci/local_global").is_dir()
 
 
-@pytest.mark.parametrize("blocked", [False, True], ids=["SIGINT open", "SIGINT blocked"])
+@pytest.mark.parametrize("caller", ["open", "blocked", "ignored"])
 def test_a_failed_suite_stops_the_suite_running_beside_it(
-    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocked: bool
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: str
 ) -> None:
     """The native suite fails while the perturbed one runs beside it: the check stops the
     running one (SIGINT, as Ctrl-C) instead of waiting for it, and reports the failure; also
-    where the calling thread has SIGINT blocked (a process started from a thread with it
-    blocked keeps it blocked, and would run to its end)."""
+    where the caller has SIGINT blocked or ignored (as a command started in the background
+    by a non-interactive shell has): a process keeps both across exec, and would run to its
+    end. The caller's own disposition is as before afterwards."""
     params = load_params(project / "params.yaml", scale="ci")
     running, codes = threading.Event(), []
 
@@ -180,12 +181,19 @@ def test_a_failed_suite_stops_the_suite_running_beside_it(
         return []
 
     monkeypatch.setattr(stability_module._Suite, "run", run)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT} if blocked else set())
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT} if caller == "blocked" else ())
+    handler = signal.getsignal(signal.SIGINT)
+    if caller == "ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with pytest.raises(RuntimeError, match="under native failed"):
             stability(params, ["threads-2"], root=project, workdir=tmp_path, cores="2", at_once=2)
+        assert signal.getsignal(signal.SIGINT) == (
+            signal.SIG_IGN if caller == "ignored" else handler
+        )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
     assert codes == [-signal.SIGINT]
 
 
