@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from replicate.io import write_text
 from replicate.params import Params, ResourceRequest
-from replicate.timings import planned_resources_file
+from replicate.timings import planned_resources_file, read_plan
 
 if TYPE_CHECKING:
     from replicate.training import TrainingCost
@@ -161,6 +162,19 @@ def timed_out(name: str, partial: Path, timeout: float, threads: int) -> Experim
     )
 
 
+def calibration_order(params: Params, names: list[str] | None = None) -> list[str]:
+    """Every experiment (or ``names``) with the whole chain of experiments each reads (paper
+    D's Table 4 reads Table 3, which reads the maps), upstream ones first."""
+    wanted = set(params.experiments if names is None else names)
+    reads = list(wanted)
+    while reads:
+        upstream = params.upstream_of(reads.pop())
+        if upstream is not None and upstream not in wanted:
+            wanted.add(upstream)
+            reads.append(upstream)
+    return [name for name in params.experiments if name in wanted]
+
+
 def plan(
     params: Params,
     params_file: Path,
@@ -171,9 +185,7 @@ def plan(
     """Calibrate every experiment (or ``names``, with the experiments they read) of
     ``params`` in dependency order, each in its own process (its own peak memory), in one
     scratch folder (derived experiments read their upstream's calibration outputs)."""
-    wanted = set(params.experiments if names is None else names)
-    wanted |= {params.upstream_of(n) for n in wanted} - {None}  # type: ignore[arg-type]
-    chosen = [n for n in params.experiments if n in wanted]  # upstream ones first
+    chosen = calibration_order(params, names)
     results: list[ExperimentCost] = []
     env = {**os.environ, "OMP_NUM_THREADS": str(params.raw.runtime.threads)}
     with tempfile.TemporaryDirectory(prefix="replicate-plan-") as scratch:
@@ -246,10 +258,20 @@ def table(costs: list[ExperimentCost]) -> str:
 
 def write_resources(costs: list[ExperimentCost], scale: str, root: Path = Path(".")) -> Path:
     """Write each rule's request (and its estimate, for job ordering) where the Snakefile
-    reads it; rules whose calibration did not finish keep the `cluster.resources` default."""
+    reads it; rules whose calibration did not finish keep the `cluster.resources` default.
+    A plan of some experiments leaves the other experiments' entries as the file had them
+    (an entry of an experiment no longer registered goes)."""
+    from replicate.experiments import REGISTRY
+
     path = planned_resources_file(scale, root)
     path.parent.mkdir(parents=True, exist_ok=True)
+    calibrated = {c.name for c in costs}
     rules = {
+        name: entry
+        for name, entry in read_plan(scale, root).items()
+        if name in REGISTRY and name not in calibrated
+    }
+    rules |= {
         c.name: {**c.request().model_dump(exclude_none=True), "seconds": round(c.seconds, 1)}
         for c in costs
         if c.status == "ok"
@@ -260,5 +282,5 @@ def write_resources(costs: list[ExperimentCost], scale: str, root: Path = Path("
         f"# calibration machine ({costs[0].device if costs else 'cpu'}). An experiment's own\n"
         "# `resources:` in params.yaml overrides these; missing rules use cluster.resources.\n"
     )
-    path.write_text(header + yaml.safe_dump(rules, sort_keys=True))
+    write_text(path, header + yaml.safe_dump(rules, sort_keys=True))
     return path

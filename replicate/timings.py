@@ -19,7 +19,9 @@ def planned_resources_file(scale: str, root: Path = Path(".")) -> Path:
     return root / PLANNED_DIR / f"planned-{scale}.yaml"
 
 
-def _read_plan(scale: str, root: Path) -> dict[str, dict]:
+def read_plan(scale: str, root: Path = Path(".")) -> dict[str, dict]:
+    """The cost plan of ``scale`` as written: rule -> {mem_mb, runtime, seconds} (empty
+    without a plan)."""
     path = planned_resources_file(scale, root)
     if not path.exists():
         return {}
@@ -31,7 +33,7 @@ def read_resources(scale: str, root: Path = Path(".")) -> dict[str, dict]:
     """The planned requests of ``scale``, rule -> {mem_mb, runtime} (empty without a plan)."""
     return {
         name: {k: v for k, v in rule.items() if k != "seconds"}
-        for name, rule in _read_plan(scale, root).items()
+        for name, rule in read_plan(scale, root).items()
     }
 
 
@@ -39,7 +41,7 @@ def expected_seconds(scale: str, names: list[str], root: Path = Path(".")) -> di
     """How long each rule is expected to run: its last timing at ``scale`` on this machine
     (``logs/<scale>/benchmarks/<rule>.tsv``, `timings_dir`, measured), else the cost plan's
     estimate, else 0. The Snakefile starts the longest jobs first with it."""
-    planned = _read_plan(scale, root)
+    planned = read_plan(scale, root)
     seconds = {}
     for name in names:
         benchmark = root / timings_dir(scale) / f"{name}.tsv"

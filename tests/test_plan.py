@@ -90,6 +90,45 @@ def test_plan_on_a_tiny_scale(
     assert expected["attn_markov_fig3"] == round(fig3.seconds, 1)
 
 
+def test_a_plan_of_one_experiment_calibrates_its_whole_chain_upstream_first() -> None:
+    """Paper D's Table 4 reads Table 3, which reads the shared models: a plan of Table 4 alone
+    calibrates all three, in that order (one level of upstream left Table 3 without the
+    models' outputs it reads)."""
+    params = load_params(only=[])
+    assert plan.calibration_order(params, ["two_layer_table4"]) == [
+        "two_layer_maps",
+        "two_layer_table3",
+        "two_layer_table4",
+    ]
+    everything = plan.calibration_order(params)
+    assert sorted(everything) == sorted(params.experiments)
+    for position, name in enumerate(everything):
+        upstream = params.upstream_of(name)
+        assert upstream is None or everything.index(upstream) < position
+
+
+def _cost(name: str, seconds: float, status: str = "ok") -> ExperimentCost:
+    return ExperimentCost(name=name, status=status, other_seconds=seconds, peak_mb=100.0)
+
+
+def test_a_plan_of_some_experiments_keeps_the_other_entries(tmp_path: Path) -> None:
+    """Writing the requests of a partial plan replaces the entries of the experiments it
+    calibrated and leaves the rest of the file as it was; a rule whose calibration failed
+    goes back to the default, and an entry naming no experiment goes."""
+    first = [_cost("attn_markov_fig3", 60.0), _cost("two_layer_maps", 300.0)]
+    path = plan.write_resources(first, "ci", root=tmp_path)
+    stale = yaml.safe_load(path.read_text()) | {"no_such_rule": {"mem_mb": 1, "seconds": 1.0}}
+    path.write_text(yaml.safe_dump(stale))
+    again = [_cost("two_layer_maps", 120.0), _cost("attn_markov_fig1", 0.0, "timeout")]
+    plan.write_resources(again, "ci", root=tmp_path)
+    written = timings.read_plan("ci", tmp_path)
+    assert set(written) == {"attn_markov_fig3", "two_layer_maps"}
+    assert written["attn_markov_fig3"]["seconds"] == 60.0  # not calibrated again: kept
+    assert written["two_layer_maps"]["seconds"] == 120.0  # calibrated again: replaced
+    plan.write_resources([_cost("attn_markov_fig3", 0.0, "ValueError: bad")], "ci", tmp_path)
+    assert set(timings.read_plan("ci", tmp_path)) == {"two_layer_maps"}
+
+
 def test_a_timed_out_calibration_keeps_the_trainings_it_measured(
     tmp_path: Path, params_dict: dict
 ) -> None:
